@@ -1,0 +1,34 @@
+// src/common/attention_layout.h — where gdn_attention finds each conv channel, z element and gate
+// input in its projection rows (SPEC.md §2), for both projection layouts. Host and device.
+#pragma once
+#include <cstdint>
+
+#include "common/seq_rules.h"
+
+namespace gdn::rules {
+
+struct ProjLayout {
+  int64_t H, HV, K, V, r, D;  // per rank; D = 2 H K + HV V conv channels
+  bool block;                 // reorder_input: [q | k | v | z] and [b | a]; else per-key-head groups
+
+  GDN_HD int64_t group_width() const { return 2 * K + 2 * r * V; }
+  // qkvz column of conv channel c (order [q heads, k heads, v heads]).
+  GDN_HD int64_t conv_col(int64_t c) const {
+    if (block) return c;
+    const int64_t hk = H * K;
+    if (c < hk) return (c / K) * group_width() + c % K;
+    if (c < 2 * hk) return ((c - hk) / K) * group_width() + K + (c - hk) % K;
+    const int64_t cv = c - 2 * hk, hv = cv / V;
+    return (hv / r) * group_width() + 2 * K + (hv % r) * V + cv % V;
+  }
+  // qkvz column of z[hv, vi].
+  GDN_HD int64_t z_col(int64_t hv, int64_t vi) const {
+    if (block) return 2 * H * K + HV * V + hv * V + vi;
+    return (hv / r) * group_width() + 2 * K + r * V + (hv % r) * V + vi;
+  }
+  // ba columns of b[hv] and a[hv].
+  GDN_HD int64_t b_col(int64_t hv) const { return block ? hv : (hv / r) * 2 * r + hv % r; }
+  GDN_HD int64_t a_col(int64_t hv) const { return block ? HV + hv : (hv / r) * 2 * r + r + hv % r; }
+};
+
+}  // namespace gdn::rules

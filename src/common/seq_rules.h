@@ -1,0 +1,40 @@
+// src/common/seq_rules.h — the per-sequence rules of SPEC.md §3 as small host/device functions,
+// shared by every backend so that padding, clamping and slot validity mean the same everywhere.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define GDN_HD __host__ __device__ __forceinline__
+#else
+#define GDN_HD inline
+#endif
+
+namespace gdn::rules {
+
+// A slot is usable when it lies in the pool and is not the null block.
+GDN_HD bool slot_valid(int64_t slot, int64_t num_slots, bool has_null, int64_t null_id) {
+  return slot >= 0 && slot < num_slots && !(has_null && slot == null_id);
+}
+
+GDN_HD int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+// Sequence i covers tokens [lo, hi) of its group; both ends clamped into [0, limit], a decreasing
+// pair is empty.
+struct TokenRange {
+  int64_t begin;
+  int64_t len;
+};
+GDN_HD TokenRange token_range(int64_t lo, int64_t hi, int64_t limit) {
+  lo = clamp64(lo, 0, limit);
+  hi = clamp64(hi, 0, limit);
+  return TokenRange{lo, hi > lo ? hi - lo : 0};
+}
+
+// num_accepted_tokens clamped into [1, cols].
+GDN_HD int64_t accepted(int64_t a, int64_t cols) { return clamp64(a, 1, cols); }
+
+// Softplus with the threshold of the reference implementations.
+GDN_HD float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+}  // namespace gdn::rules

@@ -1,0 +1,145 @@
+// gdn_attention on the CPU: the composition the fused GPU kernel must reproduce.
+// For each group (non-spec: prefills and decodes; spec: verify sequences) the group's tokens are
+// gathered from their global rows into [q|k|v] conv input and a/b gate rows, the conv op and the
+// recurrent op of this backend run on them, and outputs are scattered back to the global rows.
+// z is copied for every row below num_actual_tokens.
+#include <cstring>
+#include <vector>
+
+#include "common/attention_layout.h"
+#include "cpu/backend.h"
+#include "cpu/cpu_util.h"
+
+namespace gdn::cpu {
+namespace {
+
+struct Group {
+  bool spec;
+  int64_t n;
+  const TensorView* qsl;
+  const TensorView* token_indx;
+  const TensorView* state_indices;
+  const TensorView* has_initial_state;    // non-spec only
+  const TensorView* num_accepted_tokens;  // spec only
+};
+
+Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Group& g) {
+  if (g.n == 0) return Status::Ok();
+  const DType act = a.projected_states_qkvz.dtype;
+  const int64_t es = static_cast<int64_t>(dtype_size(act));
+  const int64_t limit = g.token_indx->present() ? g.token_indx->shape[0] : a.num_actual_tokens;
+  const int64_t HV = L.HV, D = L.D;
+
+  // Global row of local token j (-1: outside [0, num_actual_tokens)).
+  std::vector<int64_t> rows(static_cast<size_t>(limit));
+  for (int64_t j = 0; j < limit; ++j) {
+    const int64_t r = g.token_indx->present() ? load_index1(*g.token_indx, j) : j;
+    rows[j] = (r >= 0 && r < a.num_actual_tokens) ? r : -1;
+  }
+  // Gather conv input and gates.
+  std::vector<char> x(static_cast<size_t>(limit * D * es), 0), ab(static_cast<size_t>(limit * 2 * HV * es), 0);
+  const char* qkvz = static_cast<const char*>(a.projected_states_qkvz.data);
+  const char* ba = static_cast<const char*>(a.projected_states_ba.data);
+  for (int64_t j = 0; j < limit; ++j) {
+    if (rows[j] < 0) continue;
+    const char* src = qkvz + rows[j] * a.projected_states_qkvz.stride[0] * es;
+    for (int64_t c = 0; c < D; ++c) std::memcpy(&x[(j * D + c) * es], src + L.conv_col(c) * es, es);
+    const char* bsrc = ba + rows[j] * a.projected_states_ba.stride[0] * es;
+    for (int64_t h = 0; h < HV; ++h) {
+      std::memcpy(&ab[(j * 2 * HV + h) * es], bsrc + L.a_col(h) * es, es);       // a
+      std::memcpy(&ab[(j * 2 * HV + HV + h) * es], bsrc + L.b_col(h) * es, es);  // b
+    }
+  }
+  // Local metadata: a sequence with a token outside the buffer is padding.
+  const int64_t cols = g.spec ? g.state_indices->shape[1] : 1;
+  std::vector<int64_t> qsl(g.n + 1), slots(g.n * cols);
+  for (int64_t i = 0; i <= g.n; ++i) qsl[i] = load_index1(*g.qsl, i);
+  for (int64_t i = 0; i < g.n; ++i) {
+    for (int64_t c = 0; c < cols; ++c)
+      slots[i * cols + c] = g.spec ? load_index2(*g.state_indices, i, c) : load_index1(*g.state_indices, i);
+    const auto tr = rules::token_range(qsl[i], qsl[i + 1], limit);
+    for (int64_t t = 0; t < tr.len; ++t)
+      if (rows[tr.begin + t] < 0) slots[i * cols] = -1;
+  }
+  const TensorView qsl_v = make_view(qsl.data(), DType::kInt64, {g.n + 1});
+  const TensorView slots_v = g.spec ? make_view(slots.data(), DType::kInt64, {g.n, cols})
+                                    : make_view(slots.data(), DType::kInt64, {g.n});
+  std::vector<char> y(x.size());
+  const TensorView x_v = make_view(x.data(), act, {limit, D});
+  const TensorView y_v = make_view(y.data(), act, {limit, D});
+  if (g.spec) {
+    CausalConv1dUpdateArgs c;
+    c.x = x_v; c.weight = a.conv_weights; c.bias = a.conv_bias; c.conv_state = a.conv_state;
+    c.query_start_loc = qsl_v; c.state_indices = slots_v; c.num_accepted_tokens = *g.num_accepted_tokens;
+    c.y = y_v; c.spec_layout = SpecConvLayout::kRolling; c.activation = a.activation;
+    c.null_block_id = a.null_block_id;
+    GDN_RETURN_IF_ERROR(cpu::causal_conv1d_update(c));
+  } else {
+    CausalConv1dFwdArgs c;
+    c.x = x_v; c.weight = a.conv_weights; c.bias = a.conv_bias; c.conv_state = a.conv_state;
+    c.query_start_loc = qsl_v; c.state_indices = slots_v; c.has_initial_state = *g.has_initial_state;
+    c.y = y_v; c.activation = a.activation; c.null_block_id = a.null_block_id;
+    GDN_RETURN_IF_ERROR(cpu::causal_conv1d_fwd(c));
+  }
+  // Recurrence on the conv output: q, k, v are column ranges of y.
+  std::vector<char> o(static_cast<size_t>(limit * HV * L.V * es));
+  GatedDeltaRuleArgs r;
+  r.q = make_view(y.data(), act, {limit, L.H, L.K});
+  r.k = make_view(y.data() + L.H * L.K * es, act, {limit, L.H, L.K});
+  r.v = make_view(y.data() + 2 * L.H * L.K * es, act, {limit, HV, L.V});
+  r.q.stride[0] = r.k.stride[0] = r.v.stride[0] = D;
+  r.a = make_view(ab.data(), act, {limit, HV});
+  r.b = make_view(ab.data() + HV * es, act, {limit, HV});
+  r.a.stride[0] = r.b.stride[0] = 2 * HV;
+  r.A_log = a.A_log; r.dt_bias = a.dt_bias; r.ssm_state = a.ssm_state;
+  r.query_start_loc = qsl_v; r.state_indices = slots_v;
+  if (g.spec) r.num_accepted_tokens = *g.num_accepted_tokens;
+  else r.has_initial_state = *g.has_initial_state;
+  r.o = make_view(o.data(), act, {limit, HV, L.V});
+  r.state_layout = StateLayout::kVK;
+  r.scale = a.scale;
+  r.null_block_id = a.null_block_id;
+  GDN_RETURN_IF_ERROR(cpu::gated_delta_rule_recurrent(r));
+  // Scatter the outputs of every sequence's tokens to their global rows.
+  const TensorView& out = a.core_attn_out;
+  for (int64_t i = 0; i < g.n; ++i) {
+    const auto tr = rules::token_range(qsl[i], qsl[i + 1], limit);
+    for (int64_t t = 0; t < tr.len; ++t) {
+      const int64_t j = tr.begin + t;
+      if (rows[j] < 0) continue;
+      for (int64_t e = 0; e < HV * L.V; ++e)
+        store_f(out.data, out.dtype, rows[j] * out.stride[0] + e, load_f(o.data(), act, j * HV * L.V + e));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status gdn_attention(const GdnAttentionArgs& a) {
+  rules::ProjLayout L;
+  L.H = a.num_k_heads / a.tp_size;
+  L.HV = a.num_v_heads / a.tp_size;
+  L.K = a.head_k_dim;
+  L.V = a.head_v_dim;
+  L.r = L.HV / L.H;
+  L.D = 2 * L.H * L.K + L.HV * L.V;
+  L.block = a.reorder_input;
+  // z: a copy of its projection columns for every row below num_actual_tokens.
+  const int64_t es = static_cast<int64_t>(dtype_size(a.z.dtype));
+  const char* qkvz = static_cast<const char*>(a.projected_states_qkvz.data);
+  char* z = static_cast<char*>(a.z.data);
+  for (int64_t row = 0; row < a.num_actual_tokens; ++row)
+    for (int64_t hv = 0; hv < L.HV; ++hv)
+      for (int64_t vi = 0; vi < L.V; ++vi)
+        std::memcpy(z + (row * a.z.stride[0] + hv * L.V + vi) * es,
+                    qkvz + (row * a.projected_states_qkvz.stride[0] + L.z_col(hv, vi)) * es, es);
+  const Group non_spec{false, a.num_prefills + a.num_decodes, &a.non_spec_query_start_loc, &a.non_spec_token_indx,
+                       &a.non_spec_state_indices_tensor, &a.has_initial_state, nullptr};
+  const Group spec{true, a.num_spec_decodes, &a.spec_query_start_loc, &a.spec_token_indx,
+                   &a.spec_state_indices_tensor, nullptr, &a.num_accepted_tokens};
+  GDN_RETURN_IF_ERROR(run_group(a, L, non_spec));
+  return run_group(a, L, spec);
+}
+
+}  // namespace gdn::cpu

@@ -1,0 +1,181 @@
+// Causal depthwise conv1d over a varlen batch, CPU reference (SPEC.md §1, §3).
+//   y_t[c] = act(bias[c] + sum_{j<W} w[c, j] * u_{t-W+1+j}[c])
+// The inputs before token 0 come from the sequence's conv window. Conv state rows are copies of
+// inputs: they are moved as raw bytes, never through float.
+// Work items: (sequence, block of 64 channels), independent of each other.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/seq_rules.h"
+#include "cpu/backend.h"
+#include "cpu/cpu_util.h"
+
+namespace gdn::cpu {
+namespace {
+
+constexpr int64_t kChannelBlock = 64;
+
+struct ConvCommon {
+  const TensorView* x;
+  const TensorView* weight;
+  const TensorView* bias;
+  const TensorView* conv_state;
+  const TensorView* y;
+  int64_t D, W;
+  bool silu;
+};
+
+// Pointer to element [slot, row, c] of the conv pool.
+inline char* pool_at(const TensorView& pool, int64_t slot, int64_t row, int64_t c) {
+  int64_t off = slot * pool.stride[0] + row * pool.shape[2] + c;
+  return static_cast<char*>(pool.data) + off * static_cast<int64_t>(dtype_size(pool.dtype));
+}
+inline const char* x_at(const TensorView& x, int64_t row, int64_t c) {
+  return static_cast<const char*>(x.data) + (row * x.stride[0] + c) * static_cast<int64_t>(dtype_size(x.dtype));
+}
+
+// One sequence, channels [c0, c1): window (W-1 rows of raw bytes, oldest first) ++ L tokens from
+// x rows begin.. -> y rows. `store(t)` returns where the W-1 inputs ending at token t go (nullptr:
+// nowhere); it is called for every token.
+template <typename StoreFn>
+void conv_sequence(const ConvCommon& p, const std::vector<char>& window, int64_t begin, int64_t len,
+                   int64_t c0, int64_t c1, StoreFn store_rows) {
+  const TensorView& x = *p.x;
+  const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
+  const int64_t W = p.W, nb = c1 - c0;
+  // Raw input element i of (window ++ tokens), channel c (relative to c0).
+  auto raw = [&](int64_t i, int64_t c) -> const char* {
+    if (i < W - 1) return window.data() + (i * nb + c) * es;
+    return x_at(x, begin + i - (W - 1), c0 + c);
+  };
+  for (int64_t t = 0; t < len; ++t) {
+    for (int64_t c = 0; c < nb; ++c) {
+      const int64_t ch = c0 + c;
+      float acc = p.bias->present() ? load_f(p.bias->data, p.bias->dtype, ch) : 0.f;
+      for (int64_t j = 0; j < W; ++j) {
+        float w = load_f(p.weight->data, p.weight->dtype, ch * p.weight->stride[0] + j);
+        acc += w * load_f(raw(t + j, c), x.dtype, 0);
+      }
+      if (p.silu) acc = silu(acc);
+      store_f(p.y->data, p.y->dtype, (begin + t) * p.y->stride[0] + ch, acc);
+    }
+    // Rows 0..W-2 after token t hold inputs t+1 .. t+W-1 of (window ++ tokens).
+    for (int64_t r = 0; r < W - 1; ++r) {
+      char* dst = store_rows(t, r);
+      if (!dst) continue;
+      for (int64_t c = 0; c < nb; ++c) std::memcpy(dst + c * es, raw(t + 1 + r, c), es);
+    }
+  }
+}
+
+void zero_rows(const TensorView& y, int64_t begin, int64_t len, int64_t c0, int64_t c1) {
+  for (int64_t t = 0; t < len; ++t)
+    for (int64_t c = c0; c < c1; ++c) store_f(y.data, y.dtype, (begin + t) * y.stride[0] + c, 0.f);
+}
+
+// Copies rows [r0, r0 + W-1) of a pool slot, channels [c0, c1), into a window buffer.
+std::vector<char> read_window(const TensorView& pool, int64_t slot, int64_t r0, int64_t W, int64_t c0,
+                              int64_t c1) {
+  const int64_t es = static_cast<int64_t>(dtype_size(pool.dtype)), nb = c1 - c0;
+  std::vector<char> win(static_cast<size_t>((W - 1) * nb * es), 0);
+  if (slot < 0) return win;  // zeros: no initial state
+  for (int64_t r = 0; r < W - 1; ++r) std::memcpy(win.data() + r * nb * es, pool_at(pool, slot, r0 + r, c0), nb * es);
+  return win;
+}
+
+}  // namespace
+
+Status causal_conv1d_fwd(const CausalConv1dFwdArgs& a) {
+  const ConvCommon p{&a.x, &a.weight, &a.bias, &a.conv_state, &a.y, a.x.shape[1], a.weight.shape[1],
+                     a.activation == Activation::kSilu};
+  const int64_t n = a.state_indices.shape[0], num_slots = a.conv_state.shape[0];
+  const int64_t nblocks = (p.D + kChannelBlock - 1) / kChannelBlock;
+  const bool has_null = a.null_block_id.has_value();
+  const int64_t null_id = a.null_block_id.value_or(0);
+  parallel_for(n * nblocks, [&](int64_t item) {
+    const int64_t i = item / nblocks, c0 = (item % nblocks) * kChannelBlock;
+    const int64_t c1 = std::min(p.D, c0 + kChannelBlock);
+    const auto tr = rules::token_range(load_index1(a.query_start_loc, i), load_index1(a.query_start_loc, i + 1),
+                                       a.x.shape[0]);
+    if (tr.len == 0) return;
+    const int64_t slot = load_index1(a.state_indices, i);
+    if (!rules::slot_valid(slot, num_slots, has_null, null_id)) {
+      zero_rows(a.y, tr.begin, tr.len, c0, c1);
+      return;
+    }
+    const bool init = load_bool(a.has_initial_state, i, true);
+    const auto win = read_window(a.conv_state, init ? slot : -1, 0, p.W, c0, c1);
+    conv_sequence(p, win, tr.begin, tr.len, c0, c1, [&](int64_t t, int64_t r) -> char* {
+      return t == tr.len - 1 ? pool_at(a.conv_state, slot, r, c0) : nullptr;
+    });
+  });
+  return Status::Ok();
+}
+
+Status causal_conv1d_update(const CausalConv1dUpdateArgs& a) {
+  const ConvCommon p{&a.x, &a.weight, &a.bias, &a.conv_state, &a.y, a.x.shape[1], a.weight.shape[1],
+                     a.activation == Activation::kSilu};
+  const bool spec = a.num_accepted_tokens.present();
+  const int64_t n = a.state_indices.shape[0], num_slots = a.conv_state.shape[0];
+  const int64_t cols = a.state_indices.ndim == 2 ? a.state_indices.shape[1] : 1;
+  const int64_t nblocks = (p.D + kChannelBlock - 1) / kChannelBlock;
+  const bool has_null = a.null_block_id.has_value();
+  const int64_t null_id = a.null_block_id.value_or(0);
+  auto slot_at = [&](int64_t i, int64_t col) {
+    return a.state_indices.ndim == 2 ? load_index2(a.state_indices, i, col) : load_index1(a.state_indices, i);
+  };
+  auto valid = [&](int64_t s) { return rules::slot_valid(s, num_slots, has_null, null_id); };
+  parallel_for(n * nblocks, [&](int64_t item) {
+    const int64_t i = item / nblocks, c0 = (item % nblocks) * kChannelBlock;
+    const int64_t c1 = std::min(p.D, c0 + kChannelBlock);
+    const auto tr = rules::token_range(load_index1(a.query_start_loc, i), load_index1(a.query_start_loc, i + 1),
+                                       a.x.shape[0]);
+    if (tr.len == 0) return;
+    const int64_t slot0 = slot_at(i, 0);
+    if (!valid(slot0)) {
+      zero_rows(a.y, tr.begin, tr.len, c0, c1);
+      return;
+    }
+    if (!spec) {  // plain decode / short non-spec sequence: window = rows 0..W-2, last W-1 inputs stored
+      const auto win = read_window(a.conv_state, slot0, 0, p.W, c0, c1);
+      conv_sequence(p, win, tr.begin, tr.len, c0, c1, [&](int64_t t, int64_t r) -> char* {
+        return t == tr.len - 1 ? pool_at(a.conv_state, slot0, r, c0) : nullptr;
+      });
+      return;
+    }
+    const int64_t acc = rules::accepted(load_index1(a.num_accepted_tokens, i), cols);
+    if (a.spec_layout == SpecConvLayout::kRolling) {
+      // Window = rows acc-1 .. acc+W-3 of the line; afterwards row r (r <= W-3+min(T,cols)) holds
+      // input r+1 of (window ++ tokens).
+      const auto win = read_window(a.conv_state, slot0, acc - 1, p.W, c0, c1);
+      const int64_t stored = std::min(tr.len, cols);
+      const int64_t es = static_cast<int64_t>(dtype_size(a.x.dtype)), nb = c1 - c0;
+      conv_sequence(p, win, tr.begin, tr.len, c0, c1, [](int64_t, int64_t) -> char* { return nullptr; });
+      for (int64_t r = 0; r < p.W - 2 + stored; ++r) {
+        const int64_t src = r + 1;  // index into (window ++ tokens)
+        char* dst = pool_at(a.conv_state, slot0, r, c0);
+        if (src < p.W - 1)
+          std::memcpy(dst, win.data() + src * nb * es, nb * es);
+        else
+          for (int64_t c = 0; c < nb; ++c) std::memcpy(dst + c * es, x_at(a.x, tr.begin + src - (p.W - 1), c0 + c), es);
+      }
+      return;
+    }
+    // Per-token layout: window from slot of column acc-1; after token t, slot of column t.
+    const int64_t read_slot = slot_at(i, acc - 1);
+    if (!valid(read_slot)) {
+      zero_rows(a.y, tr.begin, tr.len, c0, c1);
+      return;
+    }
+    const auto win = read_window(a.conv_state, read_slot, 0, p.W, c0, c1);
+    conv_sequence(p, win, tr.begin, tr.len, c0, c1, [&](int64_t t, int64_t r) -> char* {
+      if (t >= cols) return nullptr;
+      const int64_t s = slot_at(i, t);
+      return valid(s) ? pool_at(a.conv_state, s, r, c0) : nullptr;
+    });
+  });
+  return Status::Ok();
+}
+
+}  // namespace gdn::cpu
