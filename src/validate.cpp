@@ -1,0 +1,131 @@
+// Host-side validation of the primitive ops (SPEC.md §5): causal_conv1d_fwd, causal_conv1d_update,
+// gated_delta_rule_recurrent and gated_delta_rule_chunked. Shapes, dtypes, devices and layouts only:
+// the metadata values live on the device and are the business of check_metadata.
+#include <string>
+
+#include "validate_util.h"
+
+namespace gdn {
+
+using validate_detail::activation_dtype;
+using validate_detail::any_float_dtype;
+using validate_detail::bool_dtype;
+using validate_detail::check_slots_pair;
+using validate_detail::float32_dtype;
+using validate_detail::index_dtype;
+using validate_detail::kAnySize;
+using validate_detail::Presence;
+using validate_detail::same_dtype_as;
+using validate_detail::Validator;
+
+namespace {
+
+// The tensors both conv ops share: x [T, D], weight [D, W], bias [D]?, conv_state [slots, rows, D]
+// (rows checked by the caller), y [T, D]. Sets *T, *D, *W.
+template <typename Args>
+Status check_conv_common(Validator& v, const Args& a, int64_t* T, int64_t* D, int64_t* W) {
+  GDN_RETURN_IF_ERROR(v.activation(a.activation));
+  GDN_RETURN_IF_ERROR(v.tensor("x", a.x, activation_dtype(), {{"T", kAnySize}, {"D", kAnySize}}));
+  GDN_RETURN_IF_ERROR(v.positive("x", a.x, 1, "[T, D]", "D"));
+  *T = a.x.shape[0];
+  *D = a.x.shape[1];
+  const auto like_x = same_dtype_as("x", a.x);
+  GDN_RETURN_IF_ERROR(v.tensor("weight", a.weight, like_x, {{"D", *D}, {"W", kAnySize}}));
+  GDN_RETURN_IF_ERROR(v.conv_width("weight", a.weight));
+  *W = a.weight.shape[1];
+  GDN_RETURN_IF_ERROR(v.tensor("bias", a.bias, like_x, {{"D", *D}}, Presence::kOptional));
+  GDN_RETURN_IF_ERROR(
+      v.tensor("conv_state", a.conv_state, like_x, {{"num_slots", kAnySize}, {"rows", kAnySize}, {"D", *D}}));
+  return v.tensor("y", a.y, like_x, {{"T", *T}, {"D", *D}});
+}
+
+Status check_conv_rows(const Validator& v, const TensorView& conv_state, int64_t need, const std::string& why) {
+  if (conv_state.shape[1] >= need) return Status::Ok();
+  return v.must("conv_state", "[num_slots, rows, D] with rows >= " + why + " = " + std::to_string(need), conv_state);
+}
+
+// Both gated delta rule ops; `chunked` admits non-speculative sequences only.
+Status check_gated_delta_rule(const char* op, const GatedDeltaRuleArgs& a, bool chunked) {
+  Validator v(op);
+  GDN_RETURN_IF_ERROR(v.state_layout(a.state_layout));
+  GDN_RETURN_IF_ERROR(v.scale(a.scale));
+  GDN_RETURN_IF_ERROR(v.tensor("q", a.q, activation_dtype(), {{"T", kAnySize}, {"H", kAnySize}, {"K", kAnySize}}));
+  GDN_RETURN_IF_ERROR(v.positive("q", a.q, 1, "[T, H, K]", "H"));
+  GDN_RETURN_IF_ERROR(v.positive("q", a.q, 2, "[T, H, K]", "K"));
+  const int64_t T = a.q.shape[0], H = a.q.shape[1], K = a.q.shape[2];
+  const auto like_q = same_dtype_as("q", a.q);
+  GDN_RETURN_IF_ERROR(v.tensor("k", a.k, like_q, {{"T", T}, {"H", H}, {"K", K}}));
+  GDN_RETURN_IF_ERROR(v.tensor("v", a.v, like_q, {{"T", T}, {"HV", kAnySize}, {"V", kAnySize}}));
+  GDN_RETURN_IF_ERROR(v.positive("v", a.v, 1, "[T, HV, V]", "HV"));
+  GDN_RETURN_IF_ERROR(v.positive("v", a.v, 2, "[T, HV, V]", "V"));
+  const int64_t HV = a.v.shape[1], V = a.v.shape[2];
+  if (HV % H != 0) {
+    return v.fail("num_v_heads (HV = v dim 1) must be a multiple of num_k_heads (H = q dim 1), got HV = " +
+                  std::to_string(HV) + ", H = " + std::to_string(H));
+  }
+  GDN_RETURN_IF_ERROR(v.tensor("a", a.a, like_q, {{"T", T}, {"HV", HV}}));
+  GDN_RETURN_IF_ERROR(v.tensor("b", a.b, like_q, {{"T", T}, {"HV", HV}}));
+  GDN_RETURN_IF_ERROR(v.tensor("A_log", a.A_log, float32_dtype(), {{"HV", HV}}));
+  GDN_RETURN_IF_ERROR(v.tensor("dt_bias", a.dt_bias, any_float_dtype(), {{"HV", HV}}));
+  if (a.state_layout == StateLayout::kVK) {
+    GDN_RETURN_IF_ERROR(v.tensor("ssm_state (state_layout vk)", a.ssm_state, activation_dtype(),
+                                 {{"num_slots", kAnySize}, {"HV", HV}, {"V", V}, {"K", K}}));
+  } else {
+    GDN_RETURN_IF_ERROR(v.tensor("ssm_state (state_layout kv)", a.ssm_state, activation_dtype(),
+                                 {{"num_slots", kAnySize}, {"HV", HV}, {"K", K}, {"V", V}}));
+  }
+  int64_t n = 0, cols = 1;
+  bool verify = false;
+  if (chunked) {
+    if (a.num_accepted_tokens.present()) {
+      return v.must("num_accepted_tokens", "absent (the chunked op serves non-speculative sequences)",
+                    a.num_accepted_tokens);
+    }
+    if (a.state_indices.present() && a.state_indices.ndim != 1) {
+      return v.must("state_indices", "int32 or int64 [n] (the chunked op serves non-speculative sequences)",
+                    a.state_indices);
+    }
+  }
+  GDN_RETURN_IF_ERROR(check_slots_pair(v, a.state_indices, a.num_accepted_tokens, &n, &cols, &verify));
+  GDN_RETURN_IF_ERROR(v.tensor("query_start_loc", a.query_start_loc, index_dtype(), {{"n+1", n + 1}}));
+  GDN_RETURN_IF_ERROR(v.tensor("has_initial_state", a.has_initial_state, bool_dtype(), {{"n", n}}, Presence::kOptional));
+  return v.tensor("o", a.o, like_q, {{"T", T}, {"HV", HV}, {"V", V}});
+}
+
+}  // namespace
+
+Status validate(const CausalConv1dFwdArgs& a) {
+  Validator v("causal_conv1d_fwd");
+  int64_t T = 0, D = 0, W = 0;
+  GDN_RETURN_IF_ERROR(check_conv_common(v, a, &T, &D, &W));
+  GDN_RETURN_IF_ERROR(v.tensor("state_indices", a.state_indices, index_dtype(), {{"n", kAnySize}}));
+  const int64_t n = a.state_indices.shape[0];
+  GDN_RETURN_IF_ERROR(v.tensor("query_start_loc", a.query_start_loc, index_dtype(), {{"n+1", n + 1}}));
+  GDN_RETURN_IF_ERROR(v.tensor("has_initial_state", a.has_initial_state, bool_dtype(), {{"n", n}}, Presence::kOptional));
+  return check_conv_rows(v, a.conv_state, W - 1, "W-1");
+}
+
+Status validate(const CausalConv1dUpdateArgs& a) {
+  Validator v("causal_conv1d_update");
+  GDN_RETURN_IF_ERROR(v.spec_layout(a.spec_layout));
+  int64_t T = 0, D = 0, W = 0;
+  GDN_RETURN_IF_ERROR(check_conv_common(v, a, &T, &D, &W));
+  int64_t n = 0, cols = 1;
+  bool verify = false;
+  GDN_RETURN_IF_ERROR(check_slots_pair(v, a.state_indices, a.num_accepted_tokens, &n, &cols, &verify));
+  GDN_RETURN_IF_ERROR(v.tensor("query_start_loc", a.query_start_loc, index_dtype(), {{"n+1", n + 1}}));
+  if (verify && a.spec_layout == SpecConvLayout::kRolling) {
+    return check_conv_rows(v, a.conv_state, W - 2 + cols, "W-2+cols (rolling verify layout)");
+  }
+  return check_conv_rows(v, a.conv_state, W - 1, "W-1");
+}
+
+Status validate_recurrent(const GatedDeltaRuleArgs& a) {
+  return check_gated_delta_rule("gated_delta_rule_recurrent", a, /*chunked=*/false);
+}
+
+Status validate_chunked(const GatedDeltaRuleArgs& a) {
+  return check_gated_delta_rule("gated_delta_rule_chunked", a, /*chunked=*/true);
+}
+
+}  // namespace gdn

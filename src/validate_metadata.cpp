@@ -1,0 +1,214 @@
+// check_metadata (SPEC.md §3, "Invalid device-side metadata"): reads the host-resident index
+// tensors of a well-formed call and reports, in words, the first value the device would have to
+// clamp or treat as padding:
+//   1. query_start_loc[i] outside [0, limit] or decreasing (limit: rows of x / q; for
+//      gdn_attention the token_indx length when given, else num_actual_tokens);
+//   2. a slot >= num_slots (a negative slot or null_block_id is padding, not a violation);
+//   3. for a verify sequence that is not padding: num_accepted_tokens[i] outside [1, cols], then
+//      T_i > cols;
+//   4. a remap index (gdn_attention token_indx) outside [0, num_actual_tokens).
+// The index tensors must be on the CPU; the other tensors may live anywhere (only their shapes
+// are used), so an engine can check a host copy of its metadata against device buffers.
+#include <string>
+
+#include "validate_util.h"
+
+namespace gdn {
+
+using validate_detail::describe_view;
+using validate_detail::Validator;
+
+namespace {
+
+std::string str(int64_t x) { return std::to_string(x); }
+
+// Element (i, j) of a 1-D or 2-D int32/int64 tensor (dim 0 may be strided).
+int64_t read_index(const TensorView& t, int64_t i, int64_t j = 0) {
+  const int64_t off = i * t.stride[0] + (t.ndim > 1 ? j * t.stride[1] : 0);
+  if (t.dtype == DType::kInt32) return static_cast<const int32_t*>(t.data)[off];
+  return static_cast<const int64_t*>(t.data)[off];
+}
+
+std::string element(const char* name, const TensorView& t, int64_t i, int64_t j = 0) {
+  return std::string(name) + "[" + str(i) + (t.ndim > 1 ? ", " + str(j) : std::string()) + "]";
+}
+
+Status host_only(const Validator& v, const char* name, const TensorView& t) {
+  if (!t.present() || t.device == Device::kCPU) return Status::Ok();
+  return v.fail(std::string("check_metadata reads ") + name + " on the host, so it must be on cpu, got " +
+                describe_view(t, true));
+}
+
+// The index tensors (already known to be on the CPU) take the device of `ref` in the copy that is
+// validated, so that a host copy of the metadata may accompany device buffers.
+void as_if_on(const TensorView& ref, TensorView* t) {
+  if (!t->present() || t->device != Device::kCPU) return;
+  t->device = ref.device;
+  t->device_index = ref.device_index;
+}
+
+// One group of sequences sharing query_start_loc and a slot tensor.
+struct Group {
+  const char* qsl_name;
+  TensorView qsl;  // [n+1]
+  const char* slots_name;
+  TensorView slots;  // [n] or [n, cols]
+  TensorView nat;    // [n] when verify, else absent
+  const char* remap_name;
+  TensorView remap;  // gdn_attention token_indx, or absent
+  int64_t token_limit;
+  std::string limit_what;
+  int64_t num_slots;
+  std::string pool_what;
+  int64_t num_actual_tokens;  // remap bound
+  std::optional<int64_t> null_block_id;
+};
+
+bool is_padding_slot(int64_t s, const std::optional<int64_t>& null_id) { return s < 0 || (null_id && s == *null_id); }
+
+Status check_group(const Validator& v, const Group& g) {
+  const int64_t n = g.slots.shape[0];
+  const int64_t cols = g.slots.ndim > 1 ? g.slots.shape[1] : 1;
+  for (int64_t i = 0; i <= n; ++i) {
+    const int64_t q = read_index(g.qsl, i);
+    if (q < 0 || q > g.token_limit) {
+      return v.fail(element(g.qsl_name, g.qsl, i) + " = " + str(q) + " is outside [0, " + str(g.token_limit) + "] (" +
+                    g.limit_what + ")");
+    }
+    if (i > 0 && q < read_index(g.qsl, i - 1)) {
+      return v.fail(element(g.qsl_name, g.qsl, i) + " = " + str(q) + " is less than " +
+                    element(g.qsl_name, g.qsl, i - 1) + " = " + str(read_index(g.qsl, i - 1)) +
+                    " (query_start_loc must not decrease)");
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t s = read_index(g.slots, i, c);
+      if (is_padding_slot(s, g.null_block_id) || s < g.num_slots) continue;
+      return v.fail(element(g.slots_name, g.slots, i, c) + " = " + str(s) + " is outside [0, " + str(g.num_slots) +
+                    ") (the slots of " + g.pool_what + "; negative slots mark padding)");
+    }
+  }
+  if (g.nat.present()) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (is_padding_slot(read_index(g.slots, i, 0), g.null_block_id)) continue;
+      const int64_t a = read_index(g.nat, i);
+      if (a < 1 || a > cols) {
+        return v.fail("num_accepted_tokens[" + str(i) + "] = " + str(a) + " is outside [1, " + str(cols) +
+                      "] (cols of " + g.slots_name + ")");
+      }
+      const int64_t lo = read_index(g.qsl, i), hi = read_index(g.qsl, i + 1);
+      if (hi - lo > cols) {
+        return v.fail("sequence " + str(i) + " has T = " + str(hi - lo) + " tokens (" + element(g.qsl_name, g.qsl, i) +
+                      " = " + str(lo) + ", " + element(g.qsl_name, g.qsl, i + 1) + " = " + str(hi) +
+                      "), more than cols = " + str(cols) + " of " + g.slots_name);
+      }
+    }
+  }
+  if (g.remap.present()) {
+    for (int64_t j = read_index(g.qsl, 0); j < read_index(g.qsl, n); ++j) {
+      const int64_t row = read_index(g.remap, j);
+      if (row < 0 || row >= g.num_actual_tokens) {
+        return v.fail(element(g.remap_name, g.remap, j) + " = " + str(row) + " is outside [0, " +
+                      str(g.num_actual_tokens) + ") (num_actual_tokens)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Group primitive_group(const TensorView& qsl, const TensorView& slots, const TensorView& nat, int64_t limit,
+                      const char* limit_what, int64_t num_slots, const char* pool_what,
+                      const std::optional<int64_t>& null_block_id) {
+  return Group{"query_start_loc", qsl, "state_indices", slots, nat, nullptr, TensorView{}, limit, limit_what,
+               num_slots,         pool_what, 0, null_block_id};
+}
+
+}  // namespace
+
+Status check_metadata(const CausalConv1dFwdArgs& args) {
+  const Validator v("causal_conv1d_fwd");
+  GDN_RETURN_IF_ERROR(host_only(v, "query_start_loc", args.query_start_loc));
+  GDN_RETURN_IF_ERROR(host_only(v, "state_indices", args.state_indices));
+  CausalConv1dFwdArgs a = args;
+  for (TensorView* t : {&a.query_start_loc, &a.state_indices, &a.has_initial_state}) as_if_on(a.x, t);
+  GDN_RETURN_IF_ERROR(validate(a));
+  return check_group(v, primitive_group(args.query_start_loc, args.state_indices, TensorView{}, args.x.shape[0],
+                                        "rows of x", args.conv_state.shape[0], "conv_state", args.null_block_id));
+}
+
+Status check_metadata(const CausalConv1dUpdateArgs& args) {
+  const Validator v("causal_conv1d_update");
+  GDN_RETURN_IF_ERROR(host_only(v, "query_start_loc", args.query_start_loc));
+  GDN_RETURN_IF_ERROR(host_only(v, "state_indices", args.state_indices));
+  GDN_RETURN_IF_ERROR(host_only(v, "num_accepted_tokens", args.num_accepted_tokens));
+  CausalConv1dUpdateArgs a = args;
+  for (TensorView* t : {&a.query_start_loc, &a.state_indices, &a.num_accepted_tokens}) as_if_on(a.x, t);
+  GDN_RETURN_IF_ERROR(validate(a));
+  return check_group(v, primitive_group(args.query_start_loc, args.state_indices, args.num_accepted_tokens,
+                                        args.x.shape[0], "rows of x", args.conv_state.shape[0], "conv_state",
+                                        args.null_block_id));
+}
+
+Status check_metadata(const GatedDeltaRuleArgs& args) {
+  const Validator v("gated_delta_rule");
+  GDN_RETURN_IF_ERROR(host_only(v, "query_start_loc", args.query_start_loc));
+  GDN_RETURN_IF_ERROR(host_only(v, "state_indices", args.state_indices));
+  GDN_RETURN_IF_ERROR(host_only(v, "num_accepted_tokens", args.num_accepted_tokens));
+  GatedDeltaRuleArgs a = args;
+  for (TensorView* t : {&a.query_start_loc, &a.state_indices, &a.num_accepted_tokens, &a.has_initial_state}) {
+    as_if_on(a.q, t);
+  }
+  GDN_RETURN_IF_ERROR(validate_recurrent(a));
+  return check_group(v, primitive_group(args.query_start_loc, args.state_indices, args.num_accepted_tokens,
+                                        args.q.shape[0], "rows of q", args.ssm_state.shape[0], "ssm_state",
+                                        args.null_block_id));
+}
+
+Status check_metadata(const GdnAttentionArgs& args) {
+  const Validator v("gdn_attention");
+  const struct {
+    const char* name;
+    const TensorView& t;
+  } host[] = {{"non_spec_query_start_loc", args.non_spec_query_start_loc},
+              {"non_spec_token_indx", args.non_spec_token_indx},
+              {"non_spec_state_indices_tensor", args.non_spec_state_indices_tensor},
+              {"spec_query_start_loc", args.spec_query_start_loc},
+              {"spec_token_indx", args.spec_token_indx},
+              {"spec_state_indices_tensor", args.spec_state_indices_tensor},
+              {"num_accepted_tokens", args.num_accepted_tokens}};
+  for (const auto& h : host) GDN_RETURN_IF_ERROR(host_only(v, h.name, h.t));
+  GdnAttentionArgs a = args;
+  for (TensorView* t : {&a.non_spec_query_start_loc, &a.non_spec_token_indx, &a.non_spec_state_indices_tensor,
+                        &a.spec_query_start_loc, &a.spec_token_indx, &a.spec_state_indices_tensor,
+                        &a.num_accepted_tokens, &a.has_initial_state}) {
+    as_if_on(a.projected_states_qkvz, t);
+  }
+  GDN_RETURN_IF_ERROR(validate(a));
+
+  const int64_t num_slots = args.conv_state.shape[0];
+  const auto limit_of = [&](const TensorView& remap, const char* remap_name) {
+    return remap.present() ? std::make_pair(remap.shape[0], std::string("length of ") + remap_name)
+                           : std::make_pair(args.num_actual_tokens, std::string("num_actual_tokens"));
+  };
+  // A group with no sequences may leave its tensors out.
+  if (args.non_spec_state_indices_tensor.present() && args.non_spec_query_start_loc.present()) {
+    const auto limit = limit_of(args.non_spec_token_indx, "non_spec_token_indx");
+    GDN_RETURN_IF_ERROR(check_group(
+        v, Group{"non_spec_query_start_loc", args.non_spec_query_start_loc, "non_spec_state_indices_tensor",
+                 args.non_spec_state_indices_tensor, TensorView{}, "non_spec_token_indx", args.non_spec_token_indx,
+                 limit.first, limit.second, num_slots, "conv_state and ssm_state", args.num_actual_tokens,
+                 args.null_block_id}));
+  }
+  if (args.spec_state_indices_tensor.present() && args.spec_query_start_loc.present()) {
+    const auto limit = limit_of(args.spec_token_indx, "spec_token_indx");
+    GDN_RETURN_IF_ERROR(check_group(
+        v, Group{"spec_query_start_loc", args.spec_query_start_loc, "spec_state_indices_tensor",
+                 args.spec_state_indices_tensor, args.num_accepted_tokens, "spec_token_indx", args.spec_token_indx,
+                 limit.first, limit.second, num_slots, "conv_state and ssm_state", args.num_actual_tokens,
+                 args.null_block_id}));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gdn

@@ -1,0 +1,198 @@
+// Shared pieces of host-side argument validation: tensor checks and message formatting.
+#include "validate_util.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace gdn {
+namespace validate_detail {
+namespace {
+
+bool is_activation_dtype(DType t) {
+  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
+}
+
+std::string device_text(Device d, int index) {
+  switch (d) {
+    case Device::kCPU: return "cpu";
+    case Device::kCUDA: return "cuda:" + std::to_string(index);
+  }
+  return "unknown device " + std::to_string(static_cast<int>(d));
+}
+
+std::string strides_text(const TensorView& t) {
+  std::string s = "[";
+  for (int d = 0; d < t.ndim; ++d) s += (d ? ", " : "") + std::to_string(t.stride[d]);
+  return s + "]";
+}
+
+}  // namespace
+
+bool DTypeRule::accepts(DType t) const {
+  switch (kind) {
+    case kActivation: return is_activation_dtype(t);
+    case kAnyFloat: return is_activation_dtype(t) || t == DType::kFloat64;
+    case kIndex: return t == DType::kInt32 || t == DType::kInt64;
+    case kBool: return t == DType::kBool;
+    case kFloat32: return t == DType::kFloat32;
+    case kSameAs: return t == same;
+  }
+  return false;
+}
+
+std::string DTypeRule::text() const {
+  switch (kind) {
+    case kActivation: return "float32, bfloat16 or float16";
+    case kAnyFloat: return "float32, bfloat16, float16 or float64";
+    case kIndex: return "int32 or int64";
+    case kBool: return "bool";
+    case kFloat32: return "float32";
+    case kSameAs: return dtype_name(same);
+  }
+  return "?";
+}
+
+std::string DTypeRule::note() const {
+  return kind == kSameAs ? std::string(" (the dtype of ") + same_name + ")" : std::string();
+}
+
+std::string describe_view(const TensorView& t, bool with_device) {
+  if (t.present() && t.ndim > kMaxDims) return "a view with ndim " + std::to_string(t.ndim);
+  std::string s = t.describe();
+  if (with_device && t.present() && t.device != Device::kCUDA) s += " on " + device_text(t.device, t.device_index);
+  return s;
+}
+
+std::string dims_text(std::initializer_list<Dim> dims) {
+  std::string names = "[", values = "[";
+  bool any_known = false;
+  bool first = true;
+  for (const Dim& d : dims) {
+    names += (first ? "" : ", ") + std::string(d.name);
+    values += (first ? "" : ", ") + (d.value == kAnySize ? std::string("*") : std::to_string(d.value));
+    any_known = any_known || d.value != kAnySize;
+    first = false;
+  }
+  names += "]";
+  values += "]";
+  return any_known ? names + " = " + values : names;
+}
+
+std::string number_text(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+Status Validator::fail(const std::string& message) const { return Status::Error(std::string(op_) + ": " + message); }
+
+Status Validator::must(const char* name, const std::string& expected, const TensorView& t) const {
+  return fail(std::string(name) + " must be " + expected + ", got " + describe_view(t));
+}
+
+Status Validator::tensor(const char* name, const TensorView& t, const DTypeRule& dtype,
+                         std::initializer_list<Dim> dims, Presence presence) {
+  const std::string expected = dtype.text() + " " + dims_text(dims) + dtype.note();
+  if (!t.present()) return presence == Presence::kOptional ? Status::Ok() : must(name, expected, t);
+  if (t.ndim > kMaxDims) return must(name, expected, t);
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.shape[d] < 0) return fail(std::string(name) + " must have sizes >= 0, got " + describe_view(t));
+  }
+  bool match = dtype.accepts(t.dtype) && t.ndim == static_cast<int>(dims.size());
+  int d = 0;
+  for (const Dim& dim : dims) {
+    if (!match) break;
+    match = dim.value == kAnySize || t.shape[d] == dim.value;
+    ++d;
+  }
+  if (!match) return must(name, expected, t);
+  return layout(name, t);
+}
+
+Status Validator::layout(const char* name, const TensorView& t) {
+  if (t.device != Device::kCPU && t.device != Device::kCUDA) {
+    return fail(std::string(name) + " must be on cpu or cuda, got " + describe_view(t, true));
+  }
+  if (!have_device_) {
+    have_device_ = true;
+    device_name_ = name;
+    device_ = t.device;
+    device_index_ = t.device_index;
+  } else if (t.device != device_ || (t.device == Device::kCUDA && t.device_index != device_index_)) {
+    return fail(std::string(name) + " must be on " + device_text(device_, device_index_) + " like " + device_name_ +
+                ", got " + describe_view(t, true));
+  }
+  if (!t.inner_contiguous()) {
+    return fail(std::string(name) + " must be dense in every dim but dim 0 (which may be strided), got " +
+                describe_view(t) + " with strides " + strides_text(t));
+  }
+  if (t.data == nullptr && t.numel() > 0) {
+    return fail(std::string(name) + " must point to memory, got a null data pointer for " + describe_view(t));
+  }
+  return Status::Ok();
+}
+
+Status Validator::positive(const char* name, const TensorView& t, int d, const char* shape,
+                           const char* dim_name) const {
+  if (t.shape[d] > 0) return Status::Ok();
+  return must(name, std::string(shape) + " with " + dim_name + " > 0", t);
+}
+
+Status Validator::activation(Activation a) const {
+  if (a == Activation::kSilu || a == Activation::kNone) return Status::Ok();
+  return fail("activation must be silu or identity, got unknown activation " + std::to_string(static_cast<int>(a)));
+}
+
+Status Validator::spec_layout(SpecConvLayout l) const {
+  if (l == SpecConvLayout::kRolling || l == SpecConvLayout::kPerToken) return Status::Ok();
+  return fail("spec_layout must be rolling or per_token, got unknown layout " + std::to_string(static_cast<int>(l)));
+}
+
+Status Validator::state_layout(StateLayout l) const {
+  if (l == StateLayout::kVK || l == StateLayout::kKV) return Status::Ok();
+  return fail("state_layout must be vk or kv, got unknown layout " + std::to_string(static_cast<int>(l)));
+}
+
+Status Validator::scale(const std::optional<double>& s) const {
+  if (!s || (std::isfinite(*s) && *s > 0)) return Status::Ok();
+  return fail("scale must be finite and > 0 (or absent for K^-1/2), got " + number_text(*s));
+}
+
+Status Validator::conv_width(const char* name, const TensorView& weight) const {
+  const int64_t w = weight.shape[1];
+  if (w >= 2 && w <= 5) return Status::Ok();
+  return must(name, "[D, W] with 2 <= W <= 5", weight);
+}
+
+Status check_slots_pair(Validator& v, const TensorView& si, const TensorView& nat, int64_t* n, int64_t* cols,
+                        bool* verify) {
+  *verify = nat.present();
+  if (*verify && si.present() && si.ndim != 2) {
+    return v.fail("num_accepted_tokens given (verify) requires state_indices [n, cols], got state_indices " +
+                  describe_view(si) + " and num_accepted_tokens " + describe_view(nat));
+  }
+  if (!*verify && si.present() && si.ndim == 2) {
+    return v.fail("state_indices [n, cols] (verify) requires num_accepted_tokens [n] = [" +
+                  std::to_string(si.shape[0]) + "], got state_indices " + describe_view(si) +
+                  " and num_accepted_tokens absent");
+  }
+  if (*verify) {
+    GDN_RETURN_IF_ERROR(v.tensor("state_indices", si, index_dtype(), {{"n", kAnySize}, {"cols", kAnySize}}));
+    GDN_RETURN_IF_ERROR(v.positive("state_indices", si, 1, "[n, cols]", "cols"));
+    *n = si.shape[0];
+    *cols = si.shape[1];
+    return v.tensor("num_accepted_tokens", nat, index_dtype(), {{"n", *n}});
+  }
+  GDN_RETURN_IF_ERROR(v.tensor("state_indices", si, index_dtype(), {{"n", kAnySize}}));
+  *n = si.shape[0];
+  *cols = 1;
+  return Status::Ok();
+}
+
+bool mul_add(int64_t a, int64_t b, int64_t c, int64_t* out) {
+  int64_t p = 0;
+  return !__builtin_mul_overflow(a, b, &p) && !__builtin_add_overflow(p, c, out);
+}
+
+}  // namespace validate_detail
+}  // namespace gdn
