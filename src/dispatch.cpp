@@ -9,14 +9,14 @@
 namespace gdn {
 namespace {
 
-Status no_cuda(const char* op) {
+[[maybe_unused]] Status no_cuda(const char* op) {
   return Status::Error(std::string(op) + ": tensors are on a CUDA device but this build of gdn-kernels has no CUDA backend "
                        "(configure with nvcc available and GDN_ENABLE_CUDA=ON)");
 }
 
 // `probe` is the tensor whose device decides the backend (validation checked that all agree).
 template <typename Args, typename Cpu, typename Cuda>
-Status run(const char* op, const Args& args, const TensorView& probe, Status valid, Cpu cpu_fn, Cuda cuda_fn,
+Status run([[maybe_unused]] const char* op, const Args& args, const TensorView& probe, Status valid, Cpu cpu_fn, Cuda cuda_fn,
            void* stream) {
   GDN_RETURN_IF_ERROR(valid);
   if (probe.device == Device::kCPU) return cpu_fn(args);
@@ -30,7 +30,7 @@ Status run(const char* op, const Args& args, const TensorView& probe, Status val
 }
 
 template <typename Args, typename Supports>
-Status check(const char* op, const TensorView& probe, Status valid, const Args& args, Supports supports_fn) {
+Status check([[maybe_unused]] const char* op, const TensorView& probe, Status valid, const Args& args, Supports supports_fn) {
   GDN_RETURN_IF_ERROR(valid);
   if (probe.device == Device::kCPU) return Status::Ok();
 #ifdef GDN_WITH_CUDA

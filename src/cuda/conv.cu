@@ -1,0 +1,150 @@
+// Causal depthwise conv1d on CUDA: varlen prefill, decode and verify (rolling and per-token), and
+// the conv-pool update + z copy that follow the fused gdn_attention recurrence.
+//   y_t[c] = act(bias[c] + sum_{j<W} w[c, j] * u_{t-W+1+j}[c])
+// One thread per (sequence, channel): it reads the window into registers before it writes any
+// row, walks the sequence's tokens, and writes the rows SPEC.md §3 names — so the in-place update
+// needs no synchronisation. Conv pool rows are raw copies of inputs (bit-exact).
+//   grid = (ceil(D / 128), sequences [+ 1 block row for z]), block = 128
+#include "common/seq_rules.h"
+#include "cuda/conv.h"
+
+namespace gdn::cuda {
+namespace {
+
+constexpr int kConvThreads = 128;
+
+template <typename TAct, bool kFused>
+__device__ __forceinline__ TAct conv_input(const ConvParams& p, const GroupMeta& g, int64_t local, int64_t c) {
+  if constexpr (kFused) {
+    const int64_t r = g.token_indx.present() ? g.token_indx(local) : local;  // validated by the scan
+    return static_cast<const TAct*>(p.src.qkvz)[r * p.src.qkvz_rs + p.src.proj.conv_col(c)];
+  } else {
+    return static_cast<const TAct*>(p.src.q)[local * p.src.q_rs + c];
+  }
+}
+
+template <typename TAct>
+__device__ void copy_z(const ConvParams& p) {
+  const auto& L = p.src.proj;
+  const int64_t per_row = static_cast<int64_t>(L.HV) * L.V;
+  const int64_t total = p.src.num_actual_tokens * per_row;
+  const TAct* x = static_cast<const TAct*>(p.src.qkvz);
+  TAct* z = static_cast<TAct*>(p.z);
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = e / per_row, rem = e % per_row, hv = rem / L.V, vi = rem % L.V;
+    z[row * p.z_rs + rem] = x[row * p.src.qkvz_rs + L.z_col(hv, vi)];
+  }
+}
+
+template <typename TAct, int W, bool kFused>
+__global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constant__ ConvParams p) {
+  const int64_t nseq = p.group[0].n + p.group[1].n;
+  if (kFused && blockIdx.y == nseq) {
+    copy_z<TAct>(p);
+    return;
+  }
+  const int gi = blockIdx.y < p.n0 ? 0 : 1;
+  const GroupMeta& g = p.group[gi];
+  const int64_t i = gi ? blockIdx.y - p.n0 : blockIdx.y;
+  const auto tr = rules::token_range(g.qsl(i), g.qsl(i + 1), g.limit);
+  if (tr.len == 0) return;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kConvThreads) + threadIdx.x;
+  const ConvRef& cv = p.conv;
+  const int64_t slot0 = g.slots(i, 0);
+  const int64_t acc = g.spec ? rules::accepted(g.num_accepted(i), g.cols) : 1;
+  const bool per_token = g.spec && p.per_token;
+  const int64_t read_slot = per_token ? g.slots(i, acc - 1) : slot0;
+  bool pad = !rules::slot_valid(slot0, cv.num_slots, p.has_null, p.null_id) ||
+             !rules::slot_valid(read_slot, cv.num_slots, p.has_null, p.null_id);
+  if constexpr (kFused) {  // a token outside the buffer makes its sequence padding
+    bool bad = false;
+    for (int64_t t = threadIdx.x; t < tr.len; t += kConvThreads) {
+      const int64_t r = g.token_indx.present() ? g.token_indx(tr.begin + t) : tr.begin + t;
+      bad |= r < 0 || r >= p.src.num_actual_tokens;
+    }
+    pad = __syncthreads_or(bad) || pad;
+  }
+  if (c >= cv.D) return;
+  if (pad) {
+    if constexpr (!kFused)
+      for (int64_t t = 0; t < tr.len; ++t) static_cast<TAct*>(p.y)[(tr.begin + t) * p.y_rs + c] = TAct(0.f);
+    return;
+  }
+  TAct* pool = static_cast<TAct*>(cv.state);
+  auto at = [&](int64_t slot, int64_t row) -> TAct& { return pool[slot * cv.slot_stride + row * cv.D + c]; };
+  // Window: the W-1 inputs before token 0, oldest first.
+  TAct win[W - 1];
+  const bool init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
+  const int64_t base = (g.spec && !per_token) ? acc - 1 : 0;
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) win[j] = (init || g.spec) ? at(read_slot, base + j) : TAct(0.f);
+  if (g.spec && !per_token) {  // rolling: rows 0..W-3 <- old rows o+1..o+W-2
+#pragma unroll
+    for (int j = 0; j < W - 2; ++j) at(slot0, j) = win[j + 1];
+  }
+  float w[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) w[j] = to_float(static_cast<const TAct*>(cv.weight)[c * cv.weight_rs + j]);
+  const float bias = cv.bias ? to_float(static_cast<const TAct*>(cv.bias)[c]) : 0.f;
+  // Fused non-spec sequences only need the last W-1 inputs for the pool.
+  const int64_t t0 = (kFused && !g.spec && tr.len > W - 1) ? tr.len - (W - 1) : 0;
+  for (int64_t t = t0; t < tr.len; ++t) {
+    const TAct xt = conv_input<TAct, kFused>(p, g, tr.begin + t, c);
+    if constexpr (!kFused) {
+      float a = bias;
+#pragma unroll
+      for (int j = 0; j < W - 1; ++j) a += w[j] * to_float(win[j]);
+      a += w[W - 1] * to_float(xt);
+      if (cv.silu) a = silu(a);
+      static_cast<TAct*>(p.y)[(tr.begin + t) * p.y_rs + c] = from_float<TAct>(a);
+    }
+#pragma unroll
+    for (int j = 0; j < W - 2; ++j) win[j] = win[j + 1];
+    win[W - 2] = xt;
+    if (g.spec && t < g.cols) {
+      if (!per_token) {
+        at(slot0, W - 2 + t) = xt;  // rolling: row W-2+t <- u_t
+      } else {
+        const int64_t s = g.slots(i, t);
+        if (rules::slot_valid(s, cv.num_slots, p.has_null, p.null_id))
+#pragma unroll
+          for (int j = 0; j < W - 1; ++j) at(s, j) = win[j];
+      }
+    }
+  }
+  if (!g.spec)
+#pragma unroll
+    for (int j = 0; j < W - 1; ++j) at(slot0, j) = win[j];
+}
+
+template <typename TAct, bool kFused>
+Status launch_w(const ConvParams& p, cudaStream_t stream) {
+  const int64_t nseq = p.group[0].n + p.group[1].n;
+  const dim3 grid(static_cast<unsigned>((p.conv.D + kConvThreads - 1) / kConvThreads),
+                  static_cast<unsigned>(nseq + (kFused ? 1 : 0)));
+  if (grid.y == 0) return Status::Ok();
+  switch (p.conv.W) {
+    case 2: conv_kernel<TAct, 2, kFused><<<grid, kConvThreads, 0, stream>>>(p); break;
+    case 3: conv_kernel<TAct, 3, kFused><<<grid, kConvThreads, 0, stream>>>(p); break;
+    case 4: conv_kernel<TAct, 4, kFused><<<grid, kConvThreads, 0, stream>>>(p); break;
+    case 5: conv_kernel<TAct, 5, kFused><<<grid, kConvThreads, 0, stream>>>(p); break;
+    default: return Status::Error("unsupported conv width " + std::to_string(p.conv.W) + ": supported {2, 3, 4, 5}");
+  }
+  GDN_CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status launch_conv(const ConvParams& p, DType act, bool fused, cudaStream_t stream) {
+  switch (act) {
+    case DType::kFloat32: return fused ? launch_w<float, true>(p, stream) : launch_w<float, false>(p, stream);
+    case DType::kBFloat16:
+      return fused ? launch_w<__nv_bfloat16, true>(p, stream) : launch_w<__nv_bfloat16, false>(p, stream);
+    case DType::kFloat16: return fused ? launch_w<__half, true>(p, stream) : launch_w<__half, false>(p, stream);
+    default: return Status::Error(std::string("unsupported activation dtype ") + dtype_name(act));
+  }
+}
+
+}  // namespace gdn::cuda

@@ -1,0 +1,82 @@
+// src/cuda/cuda_util.cuh — dtype conversion, index loads and error checks for the CUDA kernels.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "gdn/status.h"
+#include "gdn/tensor.h"
+
+namespace gdn::cuda {
+
+#define GDN_CUDA_CHECK(expr)                                                                     \
+  do {                                                                                           \
+    cudaError_t gdn_err_ = (expr);                                                               \
+    if (gdn_err_ != cudaSuccess)                                                                 \
+      return ::gdn::Status::Error(std::string(#expr) + ": " + cudaGetErrorString(gdn_err_));     \
+  } while (0)
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+// The value a store to T followed by a load gives.
+template <typename T>
+__device__ __forceinline__ float round_to(float x) { return to_float(from_float<T>(x)); }
+
+// An index tensor as the kernels see it: int32 or int64, element (i, j) at i * row_stride + j.
+struct IndexRef {
+  const void* ptr = nullptr;
+  int64_t row_stride = 1;
+  bool is64 = false;
+  __device__ __forceinline__ int64_t operator()(int64_t i, int64_t j = 0) const {
+    const int64_t off = i * row_stride + j;
+    return is64 ? static_cast<const int64_t*>(ptr)[off] : static_cast<const int32_t*>(ptr)[off];
+  }
+  __device__ __forceinline__ bool present() const { return ptr != nullptr; }
+};
+
+inline IndexRef index_ref(const TensorView& v) {
+  IndexRef r;
+  if (!v.present()) return r;
+  r.ptr = v.data;
+  r.row_stride = v.ndim == 2 ? v.stride[0] : v.stride[0];
+  r.is64 = v.dtype == DType::kInt64;
+  return r;
+}
+
+// A float scalar vector of any float dtype (dt_bias, A_log): element i at i * stride.
+struct FloatRef {
+  const void* ptr = nullptr;
+  int64_t stride = 1;
+  int dtype = 0;  // 0 float32, 1 bfloat16, 2 float16
+  __device__ __forceinline__ float operator()(int64_t i) const {
+    const int64_t off = i * stride;
+    if (dtype == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(ptr)[off]);
+    if (dtype == 2) return __half2float(static_cast<const __half*>(ptr)[off]);
+    return static_cast<const float*>(ptr)[off];
+  }
+};
+inline FloatRef float_ref(const TensorView& v) {
+  FloatRef r;
+  r.ptr = v.data;
+  r.stride = v.stride[0];
+  r.dtype = v.dtype == DType::kBFloat16 ? 1 : (v.dtype == DType::kFloat16 ? 2 : 0);
+  return r;
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
+
+}  // namespace gdn::cuda

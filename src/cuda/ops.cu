@@ -1,0 +1,250 @@
+// CUDA backend entry points: fill the kernels' parameter structs from validated arguments and
+// launch on the caller's stream. One function per op; kernels in conv.cu and recurrent_*.cu.
+#include <algorithm>
+#include <cmath>
+
+#include "cuda/backend.h"
+#include "cuda/conv.h"
+#include "cuda/recurrent.cuh"
+
+namespace gdn::cuda {
+namespace {
+
+GroupMeta group_meta(const TensorView& qsl, const TensorView& slots, const TensorView& num_acc,
+                     const TensorView& has_init, const TensorView& token_indx, int64_t limit) {
+  GroupMeta g;
+  g.qsl = index_ref(qsl);
+  g.slots = index_ref(slots);
+  g.num_accepted = index_ref(num_acc);
+  if (has_init.present()) {
+    g.has_init = static_cast<const uint8_t*>(has_init.data);
+    g.has_init_stride = has_init.stride[0];
+  }
+  g.token_indx = index_ref(token_indx);
+  g.n = slots.present() ? slots.shape[0] : 0;
+  g.cols = slots.ndim == 2 ? slots.shape[1] : 1;
+  g.limit = limit;
+  g.spec = num_acc.present();
+  return g;
+}
+
+ConvRef conv_ref(const TensorView& state, const TensorView& weight, const TensorView& bias, Activation act) {
+  ConvRef c;
+  c.state = state.data;
+  c.slot_stride = state.stride[0];
+  c.rows = state.shape[1];
+  c.num_slots = state.shape[0];
+  c.D = state.shape[2];
+  c.weight = weight.data;
+  c.weight_rs = weight.stride[0];
+  c.bias = bias.present() ? bias.data : nullptr;
+  c.W = static_cast<int>(weight.shape[1]);
+  c.silu = act == Activation::kSilu;
+  return c;
+}
+
+// Runs fn with the tensors' device current, restoring the caller's afterwards.
+template <typename F>
+Status on_device(int device, F fn) {
+  int cur = 0;
+  GDN_CUDA_CHECK(cudaGetDevice(&cur));
+  if (cur != device) GDN_CUDA_CHECK(cudaSetDevice(device));
+  Status s = fn();
+  if (cur != device) cudaSetDevice(cur);
+  return s;
+}
+
+Status launch_recurrent_any(const RecurrentParams& p, DType act, DType state, bool fused, cudaStream_t stream) {
+  switch (act) {
+    case DType::kFloat32: return launch_recurrent_f32(p, state, fused, stream);
+    case DType::kBFloat16: return launch_recurrent_bf16(p, state, fused, stream);
+    case DType::kFloat16: return launch_recurrent_f16(p, state, fused, stream);
+    default: return Status::Error(std::string("unsupported activation dtype ") + dtype_name(act));
+  }
+}
+
+void fill_state(RecurrentParams& p, const TensorView& state, StateLayout layout) {
+  p.state = state.data;
+  p.state_slot_stride = state.stride[0];
+  p.num_slots = state.shape[0];
+  p.kv_layout = layout == StateLayout::kKV;
+  const size_t es = dtype_size(state.dtype);
+  p.state_vec = reinterpret_cast<uintptr_t>(state.data) % 16 == 0 && (state.stride[0] * es) % 16 == 0;
+}
+
+Status supports_k(const char* op, int64_t K) {
+  if (K == 16 || K == 32 || K == 64 || K == 128 || K == 256) return Status::Ok();
+  return Status::Error(std::string(op) + ": unsupported on CUDA: head_k_dim " + std::to_string(K) +
+                       ", supported {16, 32, 64, 128, 256}");
+}
+Status supports_grid(const char* op, int64_t nseq, int64_t HV) {
+  if (nseq <= 65535 && HV <= 65535) return Status::Ok();
+  return Status::Error(std::string(op) + ": unsupported on CUDA: more than 65535 sequences or value heads, got " +
+                       std::to_string(nseq) + " sequences, " + std::to_string(HV) + " value heads");
+}
+
+}  // namespace
+
+bool available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+Status supports(const CausalConv1dFwdArgs& a) { return supports_grid("causal_conv1d_fwd", a.state_indices.shape[0], 1); }
+Status supports(const CausalConv1dUpdateArgs& a) {
+  return supports_grid("causal_conv1d_update", a.state_indices.shape[0], 1);
+}
+Status supports_recurrent(const GatedDeltaRuleArgs& a) {
+  GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_recurrent", a.q.shape[2]));
+  return supports_grid("gated_delta_rule_recurrent", a.state_indices.shape[0], a.v.shape[1]);
+}
+Status supports_chunked(const GatedDeltaRuleArgs& a) {
+  GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_chunked", a.q.shape[2]));
+  return supports_grid("gated_delta_rule_chunked", a.state_indices.shape[0], a.v.shape[1]);
+}
+Status supports(const GdnAttentionArgs& a) {
+  GDN_RETURN_IF_ERROR(supports_k("gdn_attention", a.head_k_dim));
+  return supports_grid("gdn_attention", a.num_prefills + a.num_decodes + a.num_spec_decodes + 1,
+                       a.num_v_heads / a.tp_size);
+}
+
+Status causal_conv1d_fwd(const CausalConv1dFwdArgs& a, void* stream) {
+  GDN_RETURN_IF_ERROR(supports(a));
+  ConvParams p;
+  p.group[0] = group_meta(a.query_start_loc, a.state_indices, TensorView{}, a.has_initial_state, TensorView{}, a.x.shape[0]);
+  p.n0 = p.group[0].n;
+  p.src.q = a.x.data;
+  p.src.q_rs = a.x.stride[0];
+  p.conv = conv_ref(a.conv_state, a.weight, a.bias, a.activation);
+  p.y = a.y.data;
+  p.y_rs = a.y.stride[0];
+  p.has_null = a.null_block_id.has_value();
+  p.null_id = a.null_block_id.value_or(0);
+  return on_device(a.x.device_index, [&] { return launch_conv(p, a.x.dtype, false, static_cast<cudaStream_t>(stream)); });
+}
+
+Status causal_conv1d_update(const CausalConv1dUpdateArgs& a, void* stream) {
+  GDN_RETURN_IF_ERROR(supports(a));
+  ConvParams p;
+  p.group[0] = group_meta(a.query_start_loc, a.state_indices, a.num_accepted_tokens, TensorView{}, TensorView{}, a.x.shape[0]);
+  p.n0 = p.group[0].n;
+  p.src.q = a.x.data;
+  p.src.q_rs = a.x.stride[0];
+  p.conv = conv_ref(a.conv_state, a.weight, a.bias, a.activation);
+  p.y = a.y.data;
+  p.y_rs = a.y.stride[0];
+  p.per_token = a.spec_layout == SpecConvLayout::kPerToken;
+  p.has_null = a.null_block_id.has_value();
+  p.null_id = a.null_block_id.value_or(0);
+  return on_device(a.x.device_index, [&] { return launch_conv(p, a.x.dtype, false, static_cast<cudaStream_t>(stream)); });
+}
+
+Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream) {
+  GDN_RETURN_IF_ERROR(supports_recurrent(a));
+  RecurrentParams p;
+  p.group[0] = group_meta(a.query_start_loc, a.state_indices, a.num_accepted_tokens, a.has_initial_state, TensorView{},
+                          a.q.shape[0]);
+  p.n0 = p.group[0].n;
+  p.src.q = a.q.data; p.src.q_rs = a.q.stride[0];
+  p.src.k = a.k.data; p.src.k_rs = a.k.stride[0];
+  p.src.v = a.v.data; p.src.v_rs = a.v.stride[0];
+  p.src.a = a.a.data; p.src.a_rs = a.a.stride[0];
+  p.src.b = a.b.data; p.src.b_rs = a.b.stride[0];
+  p.A_log = float_ref(a.A_log);
+  p.dt_bias = float_ref(a.dt_bias);
+  fill_state(p, a.ssm_state, a.state_layout);
+  p.o = a.o.data;
+  p.o_rs = a.o.stride[0];
+  p.H = static_cast<int>(a.q.shape[1]);
+  p.K = static_cast<int>(a.q.shape[2]);
+  p.HV = static_cast<int>(a.v.shape[1]);
+  p.V = static_cast<int>(a.v.shape[2]);
+  p.r = p.HV / p.H;
+  p.scale = static_cast<float>(a.scale.value_or(1.0 / std::sqrt(static_cast<double>(p.K))));
+  p.has_null = a.null_block_id.has_value();
+  p.null_id = a.null_block_id.value_or(0);
+  return on_device(a.q.device_index, [&] {
+    return launch_recurrent_any(p, a.q.dtype, a.ssm_state.dtype, false, static_cast<cudaStream_t>(stream));
+  });
+}
+
+// The chunked CUDA kernel does not exist yet: prefill sequences go through the recurrent kernel,
+// which computes the same recurrence (validated as non-spec only).
+Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream) {
+  GDN_RETURN_IF_ERROR(supports_chunked(a));
+  return cuda::gated_delta_rule_recurrent(a, stream);
+}
+
+// Two launches: (1) conv + gates + l2 norm + recurrence for every sequence of both groups,
+// reading the conv pool; (2) the conv pool update and the z copy.
+Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
+  GDN_RETURN_IF_ERROR(supports(a));
+  rules::ProjLayout L;
+  L.H = a.num_k_heads / a.tp_size;
+  L.HV = a.num_v_heads / a.tp_size;
+  L.K = a.head_k_dim;
+  L.V = a.head_v_dim;
+  L.r = L.HV / L.H;
+  L.D = 2 * L.H * L.K + L.HV * L.V;
+  L.block = a.reorder_input;
+  const int64_t n_ns = a.num_prefills + a.num_decodes, n_sp = a.num_spec_decodes;
+  auto limit = [&](const TensorView& indx) { return indx.present() ? indx.shape[0] : a.num_actual_tokens; };
+  GroupMeta g0 = group_meta(a.non_spec_query_start_loc, a.non_spec_state_indices_tensor, TensorView{},
+                            a.has_initial_state, a.non_spec_token_indx, limit(a.non_spec_token_indx));
+  GroupMeta g1 = group_meta(a.spec_query_start_loc, a.spec_state_indices_tensor, a.num_accepted_tokens, TensorView{},
+                            a.spec_token_indx, limit(a.spec_token_indx));
+  g0.n = n_ns;
+  g1.n = n_sp;
+  TokenSource src;
+  src.qkvz = a.projected_states_qkvz.data;
+  src.qkvz_rs = a.projected_states_qkvz.stride[0];
+  src.ba = a.projected_states_ba.data;
+  src.ba_rs = a.projected_states_ba.stride[0];
+  src.proj = L;
+  src.num_actual_tokens = a.num_actual_tokens;
+  ConvRef conv = conv_ref(a.conv_state, a.conv_weights, a.conv_bias, a.activation);
+  // A slot must exist in both pools to be used.
+  conv.num_slots = std::min(a.conv_state.shape[0], a.ssm_state.shape[0]);
+  const bool has_null = a.null_block_id.has_value();
+  const int64_t null_id = a.null_block_id.value_or(0);
+
+  RecurrentParams rp;
+  rp.group[0] = g0;
+  rp.group[1] = g1;
+  rp.n0 = n_ns;
+  rp.src = src;
+  rp.conv = conv;
+  rp.A_log = float_ref(a.A_log);
+  rp.dt_bias = float_ref(a.dt_bias);
+  fill_state(rp, a.ssm_state, StateLayout::kVK);
+  rp.o = a.core_attn_out.data;
+  rp.o_rs = a.core_attn_out.stride[0];
+  rp.H = static_cast<int>(L.H);
+  rp.HV = static_cast<int>(L.HV);
+  rp.K = static_cast<int>(L.K);
+  rp.V = static_cast<int>(L.V);
+  rp.r = static_cast<int>(L.r);
+  rp.scale = static_cast<float>(a.scale.value_or(1.0 / std::sqrt(static_cast<double>(L.K))));
+  rp.has_null = has_null;
+  rp.null_id = null_id;
+
+  ConvParams cp;
+  cp.group[0] = g0;
+  cp.group[1] = g1;
+  cp.n0 = n_ns;
+  cp.src = src;
+  cp.conv = conv;
+  cp.per_token = false;  // gdn_attention's spec conv layout is rolling
+  cp.has_null = has_null;
+  cp.null_id = null_id;
+  cp.z = a.z.data;
+  cp.z_rs = a.z.stride[0];
+  const DType act = a.projected_states_qkvz.dtype;
+  return on_device(a.projected_states_qkvz.device_index, [&] {
+    auto s = static_cast<cudaStream_t>(stream);
+    GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true, s));
+    return launch_conv(cp, act, true, s);
+  });
+}
+
+}  // namespace gdn::cuda

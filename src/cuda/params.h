@@ -1,0 +1,78 @@
+// src/cuda/params.h — the kernels' parameter structs, filled once on the host, passed by value.
+#pragma once
+#include <cstdint>
+
+#include "common/attention_layout.h"
+#include "cuda/cuda_util.cuh"
+
+namespace gdn::cuda {
+
+// One group of sequences: all non-spec sequences, or all verify sequences.
+struct GroupMeta {
+  IndexRef qsl;           // [n+1], local token offsets
+  IndexRef slots;         // [n] or [n, cols]
+  IndexRef num_accepted;  // [n] (verify) or absent
+  const uint8_t* has_init = nullptr;  // [n] bool or absent (= all true)
+  int64_t has_init_stride = 1;
+  IndexRef token_indx;    // local token -> global row, absent = identity
+  int64_t n = 0, cols = 1, limit = 0;  // limit: bound of local token indices
+  bool spec = false;
+};
+
+// Where token inputs come from: q/k/v/a/b tensors (primitive op) or, fused, the conv of the
+// projections (gdn_attention).
+struct TokenSource {
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *a = nullptr, *b = nullptr;  // act dtype
+  int64_t q_rs = 0, k_rs = 0, v_rs = 0, a_rs = 0, b_rs = 0;                        // row strides
+  const void* qkvz = nullptr;  // [rows, H (2K + 2rV)]
+  int64_t qkvz_rs = 0;
+  const void* ba = nullptr;    // [rows, 2 HV]
+  int64_t ba_rs = 0;
+  rules::ProjLayout proj{};
+  int64_t num_actual_tokens = 0;
+};
+
+// Conv pool [slots, rows, D] and weights [D, W] (act dtype).
+struct ConvRef {
+  void* state = nullptr;
+  int64_t slot_stride = 0, rows = 0, num_slots = 0, D = 0;
+  const void* weight = nullptr;
+  int64_t weight_rs = 0;
+  const void* bias = nullptr;
+  int W = 4;
+  bool silu = true;
+};
+
+struct RecurrentParams {
+  GroupMeta group[2];
+  int64_t n0 = 0;  // blockIdx.z < n0: group 0, else group 1
+  TokenSource src;
+  ConvRef conv;    // fused only (read-only there)
+  FloatRef A_log, dt_bias;
+  void* state = nullptr;  // [slots, HV, V, K] or [slots, HV, K, V]
+  int64_t state_slot_stride = 0, num_slots = 0;
+  bool kv_layout = false, state_vec = false;
+  void* o = nullptr;  // [rows, HV, V]
+  int64_t o_rs = 0;
+  int H = 0, HV = 0, K = 0, V = 0, r = 1;
+  float scale = 1.f;
+  bool has_null = false;
+  int64_t null_id = 0;
+};
+
+struct ConvParams {
+  GroupMeta group[2];
+  int64_t n0 = 0;
+  TokenSource src;  // x in src.q with row stride src.q_rs (primitive), or the projections (fused)
+  ConvRef conv;
+  void* y = nullptr;  // [rows, D] (primitive only)
+  int64_t y_rs = 0;
+  bool per_token = false;  // verify conv layout
+  bool has_null = false;
+  int64_t null_id = 0;
+  // fused only: z copy
+  void* z = nullptr;
+  int64_t z_rs = 0;
+};
+
+}  // namespace gdn::cuda

@@ -1,0 +1,10 @@
+// Instantiations of the recurrent kernel for __half activations (all state dtypes and K).
+#include <type_traits>
+
+#include "cuda/recurrent.cuh"
+
+namespace gdn::cuda {
+Status launch_recurrent_f16(const RecurrentParams& p, DType state, bool fused, cudaStream_t stream) {
+  return launch_recurrent<__half>(p, state, fused, stream);
+}
+}  // namespace gdn::cuda
