@@ -1,6 +1,7 @@
 // Host-side validation of gdn_attention (SPEC.md §4.5, §5): head counts against tp_size, the
 // projection widths, the pools, and the two groups of sequences (non-speculative and verify),
 // whose tensors are required exactly when the group has sequences.
+#include <cstdint>
 #include <string>
 
 #include "validate_util.h"
@@ -56,9 +57,9 @@ Status check_scalars(const Validator& v, const GdnAttentionArgs& a) {
     return v.fail("num_v_heads must be a multiple of num_k_heads = " + str(a.num_k_heads) + ", got " +
                   str(a.num_v_heads));
   }
-  if (a.num_prefills > INT64_MAX - a.num_decodes) {
-    return v.fail("num_prefills + num_decodes must fit in int64, got " + str(a.num_prefills) + " + " +
-                  str(a.num_decodes));
+  if (a.num_prefills > INT64_MAX - 1 - a.num_decodes || a.num_spec_decodes == INT64_MAX) {
+    return v.fail("num_prefills + num_decodes + 1 and num_spec_decodes + 1 must fit in int64, got " +
+                  str(a.num_prefills) + ", " + str(a.num_decodes) + ", " + str(a.num_spec_decodes));
   }
   return Status::Ok();
 }
@@ -104,9 +105,10 @@ Status validate(const GdnAttentionArgs& a) {
   const int64_t tp = a.tp_size, K = a.head_k_dim, V = a.head_v_dim;
   const int64_t H = a.num_k_heads / tp, HV = a.num_v_heads / tp, r = a.num_v_heads / a.num_k_heads;
   // qkvz width H (2K + 2rV), ba width 2 HV, conv channels D = 2 H K + HV V.
-  int64_t rv2 = 0, group = 0, qkvz_width = 0, hk2 = 0, D = 0, ba_width = 0;
-  if (!mul_add(2 * r, V, 0, &rv2) || !mul_add(2, K, rv2, &group) || !mul_add(H, group, 0, &qkvz_width) ||
-      !mul_add(2 * H, K, 0, &hk2) || !mul_add(HV, V, hk2, &D) || !mul_add(2, HV, 0, &ba_width)) {
+  int64_t rv = 0, group = 0, qkvz_width = 0, hk = 0, hk2 = 0, D = 0, ba_width = 0;
+  if (!mul_add(r, V, K, &rv) || !mul_add(2, rv, 0, &group) || !mul_add(H, group, 0, &qkvz_width) ||
+      !mul_add(H, K, 0, &hk) || !mul_add(2, hk, 0, &hk2) || !mul_add(HV, V, hk2, &D) ||
+      !mul_add(2, HV, 0, &ba_width)) {
     return v.fail("num_k_heads, num_v_heads, head_k_dim and head_v_dim must give widths that fit in int64, got " +
                   str(a.num_k_heads) + ", " + str(a.num_v_heads) + ", " + str(K) + ", " + str(V));
   }
