@@ -1,8 +1,317 @@
+// gdn bench — decode and verify timings on the GPU, by the method of PERFORMANCE.md:
+//  * each timed unit is a CUDA graph of R calls, each call on its own slots of one large pool
+//    (the pools of a graph exceed 3x the 60 MB L2, so replays do not measure the cache);
+//  * warm-up replays, then >= 20 timed replays (CUDA events); median time per call;
+//  * random data (hashed), fresh per case;
+//  * GB/s counts the fewest bytes a call must move (each state read once and each stored state
+//    written once, activations once) and is compared with an SM copy kernel measured in the run.
+// Ops: "recurrent" (gated_delta_rule_recurrent, bf16 activations) and "fused" (gdn_attention:
+// conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer).
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "commands.h"
+#include "gdn/ops.h"
+
+#ifdef GDN_WITH_CUDA
+#include <cuda_runtime.h>
+#include <nlohmann/json.hpp>
+
+namespace gdn::bench {
+void sm_copy(const void* src, void* dst, size_t bytes, cudaStream_t stream);
+void fill_random(void* p, size_t bytes, uint32_t seed, int kind, cudaStream_t stream);
+}  // namespace gdn::bench
+
+namespace gdn::cli {
+namespace {
+
+#define BENCH_CHECK(x)                                                                  \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "gdn bench: %s: %s\n", #x, cudaGetErrorString(e_));          \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+struct Model {
+  std::string name;
+  int64_t H, HV, K, V;
+};
+const Model kModels[] = {{"qwen3-next-tp1", 16, 32, 128, 128},
+                         {"qwen3-next-tp4", 4, 8, 128, 128},
+                         {"qwen3.6-27b", 16, 48, 128, 128}};
+
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DevBuf(size_t b) : bytes(b) { BENCH_CHECK(cudaMalloc(&p, std::max<size_t>(b, 16))); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+uint32_t g_seed = 1;
+void fill(DevBuf& b, DType t) { bench::fill_random(b.p, b.bytes & ~size_t(3), g_seed++, t == DType::kFloat32 ? 0 : 1, nullptr); }
+
+// Times a graph of `calls` launches made by `record(c)`; returns the median us per call.
+template <typename F>
+double time_graph(int calls, int replays, F record) {
+  cudaStream_t s;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int c = 0; c < calls; ++c) record(c, s);
+  BENCH_CHECK(cudaStreamEndCapture(s, &graph));
+  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int w = 0; w < 3; ++w) BENCH_CHECK(cudaGraphLaunch(exec, s));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> us;
+  for (int r = 0; r < replays; ++r) {
+    cudaEventRecord(e0, s);
+    BENCH_CHECK(cudaGraphLaunch(exec, s));
+    cudaEventRecord(e1, s);
+    BENCH_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    us.push_back(ms * 1000.0 / calls);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+double measure_copy_gbps(int replays) {
+  const size_t bytes = size_t(1) << 30;
+  DevBuf a(bytes), b(bytes);
+  fill(a, DType::kFloat32);
+  const double us = time_graph(4, replays, [&](int, cudaStream_t s) { bench::sm_copy(a.p, b.p, bytes, s); });
+  return 2.0 * bytes / (us * 1e-6) / 1e9;
+}
+
+struct Case {
+  const Model* m;
+  int64_t N, T;
+  DType state;
+  std::string op;
+};
+
+struct Result {
+  double us = 0, gbps = 0, bytes = 0;
+  std::string error;
+};
+
+TensorView dev_view(void* p, DType t, std::initializer_list<int64_t> shape) {
+  return make_view(p, t, shape, Device::kCUDA, 0);
+}
+
+// Index tensors for call c: slots [N] (decode) or [N, T] (verify) in the c-th slot range.
+std::vector<int32_t> host_slots(int64_t c, int64_t N, int64_t T) {
+  const int64_t cols = T == 1 ? 1 : T;
+  std::vector<int32_t> s(N * cols);
+  for (int64_t i = 0; i < N * cols; ++i) s[i] = static_cast<int32_t>(c * N * cols + i);
+  return s;
+}
+
+Result run_case(const Case& k, int replays) {
+  const Model& m = *k.m;
+  const int64_t N = k.N, T = k.T, rows = N * T, cols = T == 1 ? 1 : T, W = 4;
+  const bool spec = T > 1;
+  const DType act = DType::kBFloat16;
+  const size_t es = dtype_size(k.state);
+  const size_t slot_bytes = m.HV * m.V * m.K * es;
+  const int64_t slots_per_call = N * cols;
+  const double min_pool = 3.0 * 60e6;
+  const int calls = static_cast<int>(std::clamp<double>(std::ceil(min_pool / (slots_per_call * slot_bytes)), 1, 64));
+  const int64_t num_slots = calls * slots_per_call;
+  const int64_t D = 2 * m.H * m.K + m.HV * m.V;
+  const int64_t r = m.HV / m.H;
+  DevBuf pool(num_slots * slot_bytes);
+  fill(pool, k.state);
+  // Per-call metadata.
+  std::vector<int32_t> qsl(N + 1), acc(N);
+  for (int64_t i = 0; i <= N; ++i) qsl[i] = static_cast<int32_t>(i * T);
+  uint32_t lcg = 12345;
+  for (auto& a : acc) { lcg = lcg * 1664525u + 1013904223u; a = static_cast<int32_t>(1 + (lcg >> 16) % T); }
+  DevBuf d_qsl(qsl.size() * 4), d_acc(acc.size() * 4), d_slots(size_t(calls) * slots_per_call * 4);
+  BENCH_CHECK(cudaMemcpy(d_qsl.p, qsl.data(), qsl.size() * 4, cudaMemcpyHostToDevice));
+  BENCH_CHECK(cudaMemcpy(d_acc.p, acc.data(), acc.size() * 4, cudaMemcpyHostToDevice));
+  for (int c = 0; c < calls; ++c) {
+    auto s = host_slots(c, N, T);
+    BENCH_CHECK(cudaMemcpy(static_cast<int32_t*>(d_slots.p) + c * slots_per_call, s.data(), s.size() * 4,
+                           cudaMemcpyHostToDevice));
+  }
+  auto slots_view = [&](int c) {
+    void* p = static_cast<int32_t*>(d_slots.p) + c * slots_per_call;
+    return spec ? dev_view(p, DType::kInt32, {N, cols}) : dev_view(p, DType::kInt32, {N});
+  };
+  DevBuf A_log(m.HV * 4), dt_bias(m.HV * 2);
+  fill(A_log, DType::kFloat32);
+  fill(dt_bias, act);
+  Result res;
+  const double state_bytes = double(N) * slot_bytes * (1 + (spec ? T : 1));
+  if (k.op == "recurrent") {
+    DevBuf q(rows * m.H * m.K * 2), kk(rows * m.H * m.K * 2), v(rows * m.HV * m.V * 2), a(rows * m.HV * 2),
+        b(rows * m.HV * 2), o(rows * m.HV * m.V * 2);
+    for (DevBuf* x : {&q, &kk, &v, &a, &b}) fill(*x, act);
+    GatedDeltaRuleArgs g;
+    g.q = dev_view(q.p, act, {rows, m.H, m.K});
+    g.k = dev_view(kk.p, act, {rows, m.H, m.K});
+    g.v = dev_view(v.p, act, {rows, m.HV, m.V});
+    g.a = dev_view(a.p, act, {rows, m.HV});
+    g.b = dev_view(b.p, act, {rows, m.HV});
+    g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
+    g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
+    g.ssm_state = dev_view(pool.p, k.state, {num_slots, m.HV, m.V, m.K});
+    g.query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
+    if (spec) g.num_accepted_tokens = dev_view(d_acc.p, DType::kInt32, {N});
+    g.o = dev_view(o.p, act, {rows, m.HV, m.V});
+    g.state_indices = slots_view(0);
+    Status st = can_implement_recurrent(g);
+    if (!st.ok()) return Result{0, 0, 0, st.message()};
+    res.us = time_graph(calls, replays, [&](int c, cudaStream_t s) {
+      GatedDeltaRuleArgs gc = g;
+      gc.state_indices = slots_view(c);
+      Status e = gated_delta_rule_recurrent(gc, s);
+      if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
+    });
+    res.bytes = state_bytes + rows * 2.0 * (2 * m.H * m.K + 2 * m.HV * m.V + 2 * m.HV);
+  } else {
+    const int64_t conv_rows = spec ? W - 2 + cols : W - 1;
+    DevBuf qkvz(rows * m.H * (2 * m.K + 2 * r * m.V) * 2), ba(rows * 2 * m.HV * 2), out(rows * m.HV * m.V * 2),
+        z(rows * m.HV * m.V * 2), conv(num_slots * conv_rows * D * 2), w(D * W * 2);
+    for (DevBuf* x : {&qkvz, &ba, &conv, &w}) fill(*x, act);
+    GdnAttentionArgs g;
+    g.core_attn_out = dev_view(out.p, act, {rows, m.HV, m.V});
+    g.z = dev_view(z.p, act, {rows, m.HV, m.V});
+    g.projected_states_qkvz = dev_view(qkvz.p, act, {rows, m.H * (2 * m.K + 2 * r * m.V)});
+    g.projected_states_ba = dev_view(ba.p, act, {rows, 2 * m.HV});
+    g.num_k_heads = m.H; g.num_v_heads = m.HV; g.head_k_dim = m.K; g.head_v_dim = m.V;
+    g.conv_state = dev_view(conv.p, act, {num_slots, conv_rows, D});
+    g.ssm_state = dev_view(pool.p, k.state, {num_slots, m.HV, m.V, m.K});
+    g.conv_weights = dev_view(w.p, act, {D, W});
+    g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
+    g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
+    g.num_actual_tokens = rows;
+    if (spec) {
+      g.num_spec_decodes = N;
+      g.spec_query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
+      g.num_accepted_tokens = dev_view(d_acc.p, DType::kInt32, {N});
+    } else {
+      g.num_decodes = N;
+      g.non_spec_query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
+    }
+    auto set_slots = [&](GdnAttentionArgs& x, int c) {
+      (spec ? x.spec_state_indices_tensor : x.non_spec_state_indices_tensor) = slots_view(c);
+    };
+    set_slots(g, 0);
+    Status st = can_implement(g);
+    if (!st.ok()) return Result{0, 0, 0, st.message()};
+    res.us = time_graph(calls, replays, [&](int c, cudaStream_t s) {
+      GdnAttentionArgs gc = g;
+      set_slots(gc, c);
+      Status e = gdn_attention(gc, s);
+      if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
+    });
+    // Projections once, outputs and z once, conv window read and written once per sequence.
+    res.bytes = state_bytes + rows * 2.0 * (m.H * (2 * m.K + 2 * r * m.V) + 2 * m.HV + 2 * m.HV * m.V) +
+                N * 2.0 * (W - 1) * D * 2;
+  }
+  res.gbps = res.bytes / (res.us * 1e-6) / 1e9;
+  return res;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  std::string models = "qwen3-next-tp1,qwen3-next-tp4,qwen3.6-27b", ns = "1,4,16,64,256", ts = "1,3,4",
+              states = "f32,bf16", ops = "recurrent,fused", out = "bench/results.json";
+  int replays = 20;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--models") models = next();
+    else if (a == "--n") ns = next();
+    else if (a == "--t") ts = next();
+    else if (a == "--state") states = next();
+    else if (a == "--ops") ops = next();
+    else if (a == "--replays") replays = std::max(20, std::atoi(next().c_str()));
+    else if (a == "--out") out = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: gdn bench [--models %s] [--n %s] [--t %s] [--state %s] [--ops %s] [--replays N>=20] "
+                   "[--out FILE.json]\n",
+                   models.c_str(), ns.c_str(), ts.c_str(), states.c_str(), ops.c_str());
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  if (!cuda_backend_available()) {
+    std::fprintf(stderr, "gdn bench: no CUDA device\n");
+    return 2;
+  }
+  cudaDeviceProp prop;
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double copy = measure_copy_gbps(replays);
+  std::printf("device: %s; SM copy kernel: %.0f GB/s (read + write)\n", prop.name, copy);
+  std::printf("%-10s %-15s %5s %2s %-5s %10s %9s %7s\n", "op", "model", "N", "T", "state", "us", "GB/s", "%copy");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& op : split(ops))
+    for (const auto& mn : split(models)) {
+      const Model* m = nullptr;
+      for (const auto& x : kModels)
+        if (x.name == mn) m = &x;
+      if (!m) { std::fprintf(stderr, "gdn bench: unknown model %s\n", mn.c_str()); return 2; }
+      for (const auto& st : split(states))
+        for (const auto& t : split(ts))
+          for (const auto& n : split(ns)) {
+            Case c{m, std::atoll(n.c_str()), std::atoll(t.c_str()), st == "bf16" ? DType::kBFloat16 : DType::kFloat32, op};
+            const Result r = run_case(c, replays);
+            if (!r.error.empty()) {
+              std::printf("%-10s %-15s %5s %2s %-5s error: %s\n", op.c_str(), mn.c_str(), n.c_str(), t.c_str(),
+                          st.c_str(), r.error.c_str());
+              continue;
+            }
+            std::printf("%-10s %-15s %5lld %2lld %-5s %10.2f %9.0f %6.1f%%\n", op.c_str(), mn.c_str(),
+                        static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us, r.gbps,
+                        100.0 * r.gbps / copy);
+            std::fflush(stdout);
+            rows.push_back({{"impl", "gdn"}, {"op", op}, {"model", mn}, {"N", c.N}, {"T", c.T}, {"state", st},
+                            {"us", r.us}, {"bytes", r.bytes}, {"gbps", r.gbps}, {"pct_copy", 100.0 * r.gbps / copy}});
+          }
+    }
+  nlohmann::json doc = {{"device", prop.name}, {"copy_gbps", copy}, {"replays", replays}, {"results", rows}};
+  std::ofstream f(out);
+  f << doc.dump(1) << "\n";
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+}  // namespace gdn::cli
+#else
 namespace gdn::cli {
 int cmd_bench(int, char**) {
-  std::fprintf(stderr, "gdn bench: not implemented yet\n");
+  std::fprintf(stderr, "gdn bench: this build has no CUDA backend (nvcc was not found at configure time)\n");
   return 2;
 }
 }  // namespace gdn::cli
+#endif
