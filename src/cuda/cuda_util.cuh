@@ -61,11 +61,12 @@ inline IndexRef index_ref(const TensorView& v) {
 struct FloatRef {
   const void* ptr = nullptr;
   int64_t stride = 1;
-  int dtype = 0;  // 0 float32, 1 bfloat16, 2 float16
+  int dtype = 0;  // 0 float32, 1 bfloat16, 2 float16, 3 float64
   __device__ __forceinline__ float operator()(int64_t i) const {
     const int64_t off = i * stride;
     if (dtype == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(ptr)[off]);
     if (dtype == 2) return __half2float(static_cast<const __half*>(ptr)[off]);
+    if (dtype == 3) return static_cast<float>(static_cast<const double*>(ptr)[off]);
     return static_cast<const float*>(ptr)[off];
   }
 };
@@ -73,7 +74,7 @@ inline FloatRef float_ref(const TensorView& v) {
   FloatRef r;
   r.ptr = v.data;
   r.stride = v.stride[0];
-  r.dtype = v.dtype == DType::kBFloat16 ? 1 : (v.dtype == DType::kFloat16 ? 2 : 0);
+  r.dtype = v.dtype == DType::kBFloat16 ? 1 : v.dtype == DType::kFloat16 ? 2 : v.dtype == DType::kFloat64 ? 3 : 0;
   return r;
 }
 
