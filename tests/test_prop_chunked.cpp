@@ -27,6 +27,11 @@ struct ChunkParam {
   int64_t ratio;
 };
 
+void PrintTo(const ChunkParam& p, std::ostream* os) {
+  *os << capture::backend_name(p.backend) << " act=" << dtype_short(p.act) << " state=" << dtype_short(p.state)
+      << " " << layout_name(p.layout) << " ratio=" << p.ratio;
+}
+
 std::string param_name(const ::testing::TestParamInfo<ChunkParam>& info) {
   const ChunkParam& p = info.param;
   return std::string(capture::backend_name(p.backend)) + "_act" + dtype_short(p.act) + "_state" +

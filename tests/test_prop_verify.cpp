@@ -28,6 +28,11 @@ struct VerifyParam {
   SpecConvLayout conv_layout;
 };
 
+void PrintTo(const VerifyParam& p, std::ostream* os) {
+  *os << capture::backend_name(p.backend) << " act=" << dtype_short(p.act) << " state=" << dtype_short(p.state)
+      << " " << layout_name(p.state_layout) << " " << layout_name(p.conv_layout);
+}
+
 std::string param_name(const ::testing::TestParamInfo<VerifyParam>& info) {
   const VerifyParam& p = info.param;
   return std::string(capture::backend_name(p.backend)) + "_act" + dtype_short(p.act) + "_state" +
