@@ -6,25 +6,30 @@
 // Rows of S are independent given k^, q^ and the gates, so a block owns kRows rows of one
 // (sequence, value head) and keeps them in registers for the whole sequence:
 //   grid  = (ceil(V / kRows), HV, sequences of both groups)
-//   block = kRows row groups x kLanes lanes; lane l of a row group holds S[v][l*EPL .. l*EPL+EPL)
+//   block = kWarps warps; warp w owns rows w*kRowsPerWarp ..; lane l holds, for each of its rows,
+//           S[v][l*EPL .. l*EPL+EPL) (K <= 32 EPL; elements past K are zero and never stored)
+// q^ and k^ live once per thread and serve all its rows; dot products are warp reductions.
 // Per token, the block stages the token's raw q, k (K each), its kRows values of v, and a, b in
 // shared memory (fused: computing the causal conv of the projections on the fly, reading the conv
-// pool only), then every row group runs the recurrence with 8-lane shuffle reductions.
+// pool only), then every warp runs the recurrence for its rows.
 // State is read once (column a-1 for verify), written after every verify token into column t,
 // or once at the end for non-spec sequences. The conv pool is updated by a later kernel.
 #pragma once
+#include <type_traits>
+
 #include "common/seq_rules.h"
 #include "cuda/params.h"
 
 namespace gdn::cuda {
 
-constexpr int kLanes = 8;
-constexpr int kRows = 16;
-constexpr int kRecThreads = kLanes * kRows;
+constexpr int kWarps = 4;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRows = kWarps * kRowsPerWarp;
+constexpr int kRecThreads = kWarps * 32;
 
-__device__ __forceinline__ float lane_sum(float x) {
+__device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
-  for (int m = kLanes / 2; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  for (int m = 16; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
   return x;
 }
 
@@ -33,19 +38,34 @@ __device__ __forceinline__ int64_t state_elem(const RecurrentParams& p, int vi, 
   return p.kv_layout ? static_cast<int64_t>(ki) * p.V + vi : static_cast<int64_t>(vi) * p.K + ki;
 }
 
+// A lane's EPL contiguous elements moved as one vector when the row is dense and aligned.
+template <int kBytes>
+struct VecOf { using type = void; };
+template <> struct VecOf<16> { using type = uint4; };
+template <> struct VecOf<8> { using type = uint2; };
+template <> struct VecOf<4> { using type = uint32_t; };
+
+template <typename TState, int EPL>
+__device__ __forceinline__ bool vector_path(const RecurrentParams& p) {
+  using Vec = typename VecOf<EPL * sizeof(TState) <= 16 ? EPL * sizeof(TState) : 16>::type;
+  return !std::is_void_v<Vec> && !p.kv_layout && p.state_vec && p.K == 32 * EPL;
+}
+
 template <typename TState, int EPL>
 __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int lane,
                                          float (&s)[EPL]) {
   const TState* base = static_cast<const TState*>(p.state) + slot * p.state_slot_stride +
                        static_cast<int64_t>(hv) * p.V * p.K;
   constexpr int kBytes = EPL * sizeof(TState);
-  if constexpr (kBytes % 16 == 0) {
-    if (!p.kv_layout && p.state_vec) {
-      const uint4* src = reinterpret_cast<const uint4*>(base + state_elem(p, vi, lane * EPL));
-      constexpr int kPer = 16 / sizeof(TState);
+  constexpr int kChunk = kBytes < 16 ? kBytes : 16;
+  using Vec = typename VecOf<kChunk>::type;
+  if constexpr (!std::is_void_v<Vec>) {
+    if (vector_path<TState, EPL>(p)) {
+      const Vec* src = reinterpret_cast<const Vec*>(base + state_elem(p, vi, lane * EPL));
+      constexpr int kPer = kChunk / sizeof(TState);
 #pragma unroll
-      for (int c = 0; c < kBytes / 16; ++c) {
-        uint4 u = __ldcs(src + c);  // streamed: read once
+      for (int c = 0; c < kBytes / kChunk; ++c) {
+        Vec u = __ldcs(src + c);  // streamed: read once
         const TState* e = reinterpret_cast<const TState*>(&u);
 #pragma unroll
         for (int j = 0; j < kPer; ++j) s[c * kPer + j] = to_float(e[j]);
@@ -54,7 +74,10 @@ __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot,
     }
   }
 #pragma unroll
-  for (int j = 0; j < EPL; ++j) s[j] = to_float(base[state_elem(p, vi, lane * EPL + j)]);
+  for (int j = 0; j < EPL; ++j) {
+    const int ki = lane * EPL + j;
+    s[j] = ki < p.K ? to_float(base[state_elem(p, vi, ki)]) : 0.f;
+  }
 }
 
 template <typename TState, int EPL>
@@ -62,13 +85,15 @@ __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot
                                           const float (&s)[EPL]) {
   TState* base = static_cast<TState*>(p.state) + slot * p.state_slot_stride + static_cast<int64_t>(hv) * p.V * p.K;
   constexpr int kBytes = EPL * sizeof(TState);
-  if constexpr (kBytes % 16 == 0) {
-    if (!p.kv_layout && p.state_vec) {
-      uint4* dst = reinterpret_cast<uint4*>(base + state_elem(p, vi, lane * EPL));
-      constexpr int kPer = 16 / sizeof(TState);
+  constexpr int kChunk = kBytes < 16 ? kBytes : 16;
+  using Vec = typename VecOf<kChunk>::type;
+  if constexpr (!std::is_void_v<Vec>) {
+    if (vector_path<TState, EPL>(p)) {
+      Vec* dst = reinterpret_cast<Vec*>(base + state_elem(p, vi, lane * EPL));
+      constexpr int kPer = kChunk / sizeof(TState);
 #pragma unroll
-      for (int c = 0; c < kBytes / 16; ++c) {
-        uint4 u;
+      for (int c = 0; c < kBytes / kChunk; ++c) {
+        Vec u;
         TState* e = reinterpret_cast<TState*>(&u);
 #pragma unroll
         for (int j = 0; j < kPer; ++j) e[j] = from_float<TState>(s[c * kPer + j]);
@@ -78,7 +103,10 @@ __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot
     }
   }
 #pragma unroll
-  for (int j = 0; j < EPL; ++j) base[state_elem(p, vi, lane * EPL + j)] = from_float<TState>(s[j]);
+  for (int j = 0; j < EPL; ++j) {
+    const int ki = lane * EPL + j;
+    if (ki < p.K) base[state_elem(p, vi, ki)] = from_float<TState>(s[j]);
+  }
 }
 
 // Global row of local token j of a group (-1 when outside the buffer).
@@ -114,12 +142,12 @@ __device__ __forceinline__ float conv_channel(const RecurrentParams& p, const Gr
 
 template <typename TAct, typename TState, int EPL, bool kFused>
 __global__ void __launch_bounds__(kRecThreads) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
-  constexpr int K = EPL * kLanes;
-  __shared__ float s_q[K], s_k[K], s_v[kRows], s_ab[2];
-  const int tid = threadIdx.x, lane = tid % kLanes, rg = tid / kLanes;
+  constexpr int KP = EPL * 32;  // K padded to the lanes
+  constexpr int R = kRowsPerWarp;
+  __shared__ float s_q[KP], s_k[KP], s_v[kRows], s_ab[2];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int hv = blockIdx.y, h = hv / p.r;
-  const int vi = blockIdx.x * kRows + rg;
-  const bool row_ok = vi < p.V;
+  const int row0 = blockIdx.x * kRows + warp * R;  // this warp's first state row
   const int gi = blockIdx.z < p.n0 ? 0 : 1;
   const GroupMeta& g = p.group[gi];
   const int64_t i = gi ? blockIdx.z - p.n0 : blockIdx.z;
@@ -140,18 +168,21 @@ __global__ void __launch_bounds__(kRecThreads) recurrent_kernel(const __grid_con
   }
   TAct* o = static_cast<TAct*>(p.o);
   if (pad) {
-    if (lane == 0 && row_ok)
+    if (lane < R && row0 + lane < p.V)
       for (int64_t t = 0; t < tr.len; ++t) {
         const int64_t row = global_row(g, tr.begin + t, out_rows);
-        if (row >= 0) o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + vi] = from_float<TAct>(0.f);
+        if (row >= 0) o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + lane] = from_float<TAct>(0.f);
       }
     return;
   }
   const bool init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
-  float s[EPL];
+  float s[R][EPL];
 #pragma unroll
-  for (int j = 0; j < EPL; ++j) s[j] = 0.f;
-  if (init && row_ok) load_row<TState, EPL>(p, read_slot, hv, vi, lane, s);
+  for (int j = 0; j < R; ++j) {
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
+    if (init && row0 + j < p.V) load_row<TState, EPL>(p, read_slot, hv, row0 + j, lane, s[j]);
+  }
 
   const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
   const int64_t win_base = g.spec ? acc - 1 : 0;  // conv window rows (fused)
@@ -160,10 +191,14 @@ __global__ void __launch_bounds__(kRecThreads) recurrent_kernel(const __grid_con
     __syncthreads();  // the previous token's shared inputs are consumed
     if constexpr (kFused) {
       const auto& L = p.src.proj;
-      for (int c = tid; c < 2 * K; c += kRecThreads) {
-        const int64_t ch = c < K ? static_cast<int64_t>(h) * K + c : L.H * L.K + static_cast<int64_t>(h) * K + (c - K);
-        const float y = conv_channel<TAct>(p, g, tr.begin, t, ch, slot0, win_base, init);
-        (c < K ? s_q[c] : s_k[c - K]) = y;
+      for (int c = tid; c < 2 * KP; c += kRecThreads) {
+        const int kc = c < KP ? c : c - KP;
+        float y = 0.f;
+        if (kc < p.K) {
+          const int64_t ch = (c < KP ? 0 : L.H * L.K) + static_cast<int64_t>(h) * p.K + kc;
+          y = conv_channel<TAct>(p, g, tr.begin, t, ch, slot0, win_base, init);
+        }
+        (c < KP ? s_q[kc] : s_k[kc]) = y;
       }
       if (tid < kRows && blockIdx.x * kRows + tid < p.V) {
         const int64_t ch = 2 * L.H * L.K + static_cast<int64_t>(hv) * p.V + blockIdx.x * kRows + tid;
@@ -174,11 +209,11 @@ __global__ void __launch_bounds__(kRecThreads) recurrent_kernel(const __grid_con
         s_ab[tid] = to_float(ba[tid == 0 ? L.a_col(hv) : L.b_col(hv)]);
       }
     } else {
-      const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * K;
-      const TAct* k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * K;
-      for (int c = tid; c < K; c += kRecThreads) {
-        s_q[c] = to_float(q[c]);
-        s_k[c] = to_float(k[c]);
+      const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * p.K;
+      const TAct* k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * p.K;
+      for (int c = tid; c < KP; c += kRecThreads) {
+        s_q[c] = c < p.K ? to_float(q[c]) : 0.f;
+        s_k[c] = c < p.K ? to_float(k[c]) : 0.f;
       }
       if (tid < kRows && blockIdx.x * kRows + tid < p.V)
         s_v[tid] = to_float(static_cast<const TAct*>(p.src.v)[row * p.src.v_rs + static_cast<int64_t>(hv) * p.V +
@@ -191,39 +226,63 @@ __global__ void __launch_bounds__(kRecThreads) recurrent_kernel(const __grid_con
     __syncthreads();
     float kr[EPL], qr[EPL], kk = 0.f, qq = 0.f;
 #pragma unroll
-    for (int j = 0; j < EPL; ++j) {
-      kr[j] = s_k[lane * EPL + j];
-      qr[j] = s_q[lane * EPL + j];
-      kk += kr[j] * kr[j];
-      qq += qr[j] * qr[j];
+    for (int e = 0; e < EPL; ++e) {
+      kr[e] = s_k[lane * EPL + e];
+      qr[e] = s_q[lane * EPL + e];
+      kk += kr[e] * kr[e];
+      qq += qr[e] * qr[e];
     }
-    const float kn = 1.f / sqrtf(lane_sum(kk) + 1e-6f);           // k^ = k / |k|
-    const float qn = p.scale / sqrtf(lane_sum(qq) + 1e-6f);       // q^ = q / |q| * scale
-    const float gate = A * rules::softplus(s_ab[0] + dtb);         // g = -exp(A_log) softplus(a + dt_bias)
-    const float beta = 1.f / (1.f + expf(-s_ab[1]));              // beta = sigmoid(b)
+    const float kn = 1.f / sqrtf(warp_sum(kk) + 1e-6f);      // k^ = k / |k|
+    const float qn = p.scale / sqrtf(warp_sum(qq) + 1e-6f);  // q^ = q / |q| * scale
+    const float gate = A * rules::softplus(s_ab[0] + dtb);    // g = -exp(A_log) softplus(a + dt_bias)
+    const float beta = 1.f / (1.f + expf(-s_ab[1]));         // beta = sigmoid(b)
     const float decay = expf(gate);
-    float sk = 0.f;
 #pragma unroll
-    for (int j = 0; j < EPL; ++j) {
-      kr[j] *= kn;
-      s[j] *= decay;  // S = exp(g) S
-      sk += s[j] * kr[j];
+    for (int e = 0; e < EPL; ++e) {
+      kr[e] *= kn;
+      qr[e] *= qn;
     }
-    const float d = beta * ((row_ok ? s_v[rg] : 0.f) - lane_sum(sk));  // d = beta (v - S k^)
-    float ov = 0.f;
+    float sk[R], ov[R];
 #pragma unroll
-    for (int j = 0; j < EPL; ++j) {
-      s[j] += d * kr[j];        // S += d k^T
-      ov += s[j] * (qr[j] * qn);  // o = S q^
+    for (int j = 0; j < R; ++j) {
+      sk[j] = 0.f;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) {
+        s[j][e] *= decay;  // S = exp(g) S
+        sk[j] += s[j][e] * kr[e];
+      }
     }
-    ov = lane_sum(ov);
-    if (lane == 0 && row_ok) o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + vi] = from_float<TAct>(ov);
-    if (g.spec && t < g.cols && row_ok) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) sk[j] = warp_sum(sk[j]);
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int vi = row0 + j;
+      const float d = beta * ((vi < p.V ? s_v[warp * R + j] : 0.f) - sk[j]);  // d = beta (v - S k^)
+      ov[j] = 0.f;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) {
+        s[j][e] += d * kr[e];      // S += d k^T
+        ov[j] += s[j][e] * qr[e];  // o = S q^
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < R; ++j) ov[j] = warp_sum(ov[j]);
+    float mine = ov[0];
+#pragma unroll
+    for (int j = 1; j < R; ++j) mine = lane == j ? ov[j] : mine;
+    if (lane < R && row0 + lane < p.V) o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + lane] = from_float<TAct>(mine);
+    if (g.spec && t < g.cols) {
       const int64_t slot = g.slots(i, t);
-      if (rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id)) store_row<TState, EPL>(p, slot, hv, vi, lane, s);
+      if (rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id))
+#pragma unroll
+        for (int j = 0; j < R; ++j)
+          if (row0 + j < p.V) store_row<TState, EPL>(p, slot, hv, row0 + j, lane, s[j]);
     }
   }
-  if (!g.spec && row_ok) store_row<TState, EPL>(p, slot0, hv, vi, lane, s);
+  if (!g.spec)
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+      if (row0 + j < p.V) store_row<TState, EPL>(p, slot0, hv, row0 + j, lane, s[j]);
 }
 
 // Launchers, one per activation dtype (recurrent_<dtype>.cu); state dtype and K dispatched inside.
@@ -248,14 +307,11 @@ Status launch_recurrent(const RecurrentParams& p, DType state, bool fused, cudaS
     return Status::Ok();
   };
   auto by_k = [&](auto state_tag) -> Status {
-    switch (p.K) {
-      case 16: return go(state_tag, std::integral_constant<int, 2>{});
-      case 32: return go(state_tag, std::integral_constant<int, 4>{});
-      case 64: return go(state_tag, std::integral_constant<int, 8>{});
-      case 128: return go(state_tag, std::integral_constant<int, 16>{});
-      case 256: return go(state_tag, std::integral_constant<int, 32>{});
-      default: return Status::Error("unsupported head_k_dim " + std::to_string(p.K) + " on CUDA: supported {16, 32, 64, 128, 256}");
-    }
+    if (p.K <= 32) return go(state_tag, std::integral_constant<int, 1>{});
+    if (p.K <= 64) return go(state_tag, std::integral_constant<int, 2>{});
+    if (p.K <= 128) return go(state_tag, std::integral_constant<int, 4>{});
+    if (p.K <= 256) return go(state_tag, std::integral_constant<int, 8>{});
+    return Status::Error("unsupported head_k_dim " + std::to_string(p.K) + " on CUDA: at most 256");
   };
   switch (state) {
     case DType::kFloat32: return by_k(float{});
