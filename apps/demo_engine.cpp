@@ -1,0 +1,276 @@
+// The demo engine: admission, proposals, scheduling, one forward per step, greedy acceptance.
+#include "demo_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "demo_math.h"
+
+namespace gdn::demo {
+namespace {
+
+std::string str(int64_t x) { return std::to_string(x); }
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+const char* to_string(ProposerKind p) {
+  switch (p) {
+    case ProposerKind::kNone: return "none";
+    case ProposerKind::kDraftModel: return "draft";
+    case ProposerKind::kNgram: return "ngram";
+  }
+  return "?";
+}
+
+Status Engine::init(const Weights& target, const Weights* draft, const EngineOptions& opt,
+                    std::vector<RequestSpec> reqs) {
+  opt_ = opt;
+  cols_ = opt.num_spec + 1;
+  if (opt.num_spec < 0 || opt.max_running < 1 || opt.prefill_chunk < 1) {
+    return Status::Error("demo engine: need num_spec >= 0, max_running >= 1 and prefill_chunk >= 1, got " +
+                         str(opt.num_spec) + ", " + str(opt.max_running) + ", " + str(opt.prefill_chunk));
+  }
+  // Every decoding request always fits, and so does at least one prefill piece.
+  const int64_t need = (opt.max_running - 1) * cols_ + std::max<int64_t>(opt.prefill_chunk, cols_);
+  if (opt.token_budget < need) {
+    return Status::Error("demo engine: token_budget must be >= (max_running - 1) * (num_spec + 1) + "
+                         "max(prefill_chunk, num_spec + 1) = " + str(need) + ", got " + str(opt.token_budget));
+  }
+  target_ = &target;
+  RunnerOptions ro;
+  ro.device = opt.device;
+  ro.num_slots = opt.max_running * cols_;
+  ro.cols = cols_;
+  ro.check_metadata = opt.check_metadata;
+  GDN_RETURN_IF_ERROR(runner_.init(target, ro));
+  pool_.init(ro.num_slots);
+  bool need_draft = false;
+  for (const RequestSpec& r : reqs) {
+    if (r.prompt.empty() || r.max_new_tokens < 1) {
+      return Status::Error("demo engine: request " + str(r.id) + " needs a prompt and max_new_tokens >= 1");
+    }
+    for (int32_t t : r.prompt) {
+      if (t < 0 || t >= target.cfg.vocab) {
+        return Status::Error("demo engine: request " + str(r.id) + " has token " + str(t) + " outside the vocabulary");
+      }
+    }
+    need_draft |= r.proposer == ProposerKind::kDraftModel && opt.num_spec > 0;
+  }
+  draft_.reset();
+  if (need_draft) {
+    if (!draft) return Status::Error("demo engine: a request uses the draft model but no draft weights were given");
+    draft_ = std::make_unique<DraftModel>();
+    GDN_RETURN_IF_ERROR(draft_->init(*draft, opt.device, opt.max_running, cols_, opt.pad, opt.check_metadata));
+  }
+  reqs_.clear();
+  for (RequestSpec& r : reqs) {
+    Live l;
+    l.spec = std::move(r);
+    reqs_.push_back(std::move(l));
+  }
+  stats_ = EngineStats();
+  stats_.proposed_at.assign(static_cast<size_t>(opt.num_spec), 0);
+  stats_.accepted_at.assign(static_cast<size_t>(opt.num_spec), 0);
+  rng_ = Rng(opt.seed ^ 0xD1B54A32D192ED03ull);
+  return Status::Ok();
+}
+
+bool Engine::done() const {
+  return std::all_of(reqs_.begin(), reqs_.end(), [](const Live& r) { return r.phase == Phase::kDone; });
+}
+
+void Engine::admit() {
+  int running = 0;
+  for (const Live& r : reqs_) running += r.phase == Phase::kPrefill || r.phase == Phase::kDecode;
+  for (size_t i = 0; i < reqs_.size(); ++i) {
+    Live& r = reqs_[i];
+    if (r.phase != Phase::kWaiting) continue;
+    if (r.spec.arrival_step > stats_.steps || running >= opt_.max_running) break;  // first come, first served
+    const bool uses_draft = draft_ && r.spec.proposer == ProposerKind::kDraftModel;
+    if (pool_.free_count() < cols_ || (uses_draft && draft_->pool().free_count() < cols_ + 1)) break;
+    pool_.allocate(cols_, &r.slots);
+    if (uses_draft) draft_->start(static_cast<int>(i));
+    r.phase = Phase::kPrefill;
+    r.accepted = 1;
+    ++running;
+  }
+}
+
+Status Engine::propose() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<DraftRequest> model_reqs;
+  for (size_t i = 0; i < reqs_.size(); ++i) {
+    Live& r = reqs_[i];
+    r.drafts.clear();
+    if (r.phase != Phase::kDecode || opt_.num_spec == 0) continue;
+    const int remaining = r.spec.max_new_tokens - static_cast<int>(r.out.size());
+    const int k = std::min(opt_.num_spec, remaining - 1);  // never commit past max_new_tokens
+    if (k <= 0) continue;
+    if (r.spec.proposer == ProposerKind::kNgram) {
+      std::vector<int32_t> ctx = r.spec.prompt;
+      ctx.insert(ctx.end(), r.out.begin(), r.out.end());
+      r.drafts = ngram_propose(ctx, k, opt_.ngram_min, opt_.ngram_max);
+    } else if (r.spec.proposer == ProposerKind::kDraftModel) {
+      model_reqs.push_back({static_cast<int>(i), r.out.back(), r.accepted, k});
+    }
+  }
+  if (!model_reqs.empty()) {
+    std::vector<std::vector<int32_t>> drafts;
+    GDN_RETURN_IF_ERROR(draft_->propose(model_reqs, &drafts));
+    for (size_t j = 0; j < model_reqs.size(); ++j) reqs_[model_reqs[j].req].drafts = std::move(drafts[j]);
+  }
+  // Tunable acceptance: replace a drafted token by a different one with probability `corrupt`.
+  const int64_t vocab = target_->cfg.vocab;
+  for (Live& r : reqs_) {
+    for (int32_t& t : r.drafts) {
+      if (opt_.corrupt > 0 && rng_.uniform() < opt_.corrupt) {
+        t = static_cast<int32_t>((t + 1 + rng_.below(vocab - 1)) % vocab);
+      }
+    }
+  }
+  stats_.draft_seconds += since(t0);
+  return Status::Ok();
+}
+
+std::vector<Item> Engine::schedule() {
+  int64_t budget = opt_.token_budget;
+  std::vector<char> chosen(reqs_.size(), 0);
+  std::vector<int64_t> piece(reqs_.size(), 0);
+  for (size_t i = 0; i < reqs_.size(); ++i) {  // decoding requests first: they always fit
+    if (reqs_[i].phase != Phase::kDecode) continue;
+    chosen[i] = 1;
+    budget -= 1 + static_cast<int64_t>(reqs_[i].drafts.size());
+  }
+  for (size_t i = 0; i < reqs_.size(); ++i) {  // then whole prefill pieces while they fit
+    const Live& r = reqs_[i];
+    if (r.phase != Phase::kPrefill) continue;
+    piece[i] = std::min<int64_t>(opt_.prefill_chunk, static_cast<int64_t>(r.spec.prompt.size()) - r.prefilled);
+    if (piece[i] > budget) continue;
+    chosen[i] = 1;
+    budget -= piece[i];
+  }
+  std::vector<Item> items;
+  for (size_t i = 0; i < reqs_.size(); ++i) {
+    if (!chosen[i]) continue;
+    const Live& r = reqs_[i];
+    Item it;
+    it.req = static_cast<int>(i);
+    if (r.phase == Phase::kPrefill) {
+      it.kind = ItemKind::kPrefill;
+      it.tokens.assign(r.spec.prompt.begin() + r.prefilled, r.spec.prompt.begin() + r.prefilled + piece[i]);
+      it.has_init = r.prefilled > 0;
+      it.last_piece = r.prefilled + piece[i] == static_cast<int64_t>(r.spec.prompt.size());
+    } else if (r.drafts.empty() && r.accepted == 1) {
+      it.kind = ItemKind::kDecode;  // state is in column 0: a plain decode reads it there
+      it.tokens = {r.out.back()};
+    } else {
+      it.kind = ItemKind::kVerify;
+      it.tokens = {r.out.back()};
+      it.tokens.insert(it.tokens.end(), r.drafts.begin(), r.drafts.end());
+      it.accepted = r.accepted;
+    }
+    items.push_back(std::move(it));
+  }
+  return items;
+}
+
+Status Engine::commit(const std::vector<Item>& items, const std::vector<std::pair<int, int>>& owner,
+                      const std::vector<float>& logits) {
+  const int64_t vocab = target_->cfg.vocab;
+  std::vector<std::vector<int32_t>> greedy(items.size());
+  for (size_t e = 0; e < owner.size(); ++e) {
+    const int32_t tok = argmax(&logits[e * vocab], vocab);
+    if (tok < 0) {
+      return Status::Error("demo engine: NaN logits for request " + str(reqs_[items[owner[e].first].req].spec.id) +
+                           " at step " + str(stats_.steps));
+    }
+    greedy[owner[e].first].push_back(tok);
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& it = items[i];
+    Live& r = reqs_[it.req];
+    const std::vector<int32_t>& g = greedy[i];
+    auto emit = [&](int32_t t) {
+      r.out.push_back(t);
+      r.out_step.push_back(stats_.steps);
+      ++stats_.generated;
+    };
+    if (it.kind == ItemKind::kPrefill) {
+      r.prefilled += static_cast<int64_t>(it.tokens.size());
+      ++stats_.prefill_pieces;
+      if (!it.last_piece) continue;
+      emit(g.at(0));
+      r.phase = Phase::kDecode;
+      r.accepted = 1;  // state in column 0, window in rows 0..W-2
+    } else if (it.kind == ItemKind::kDecode) {
+      emit(g.at(0));
+      r.accepted = 1;
+      ++stats_.plain_decodes;
+      ++stats_.decode_request_steps;
+      ++stats_.decode_tokens;
+    } else {
+      // Greedy acceptance: draft j is kept while it equals the target's choice after the tokens before it.
+      const int n = static_cast<int>(it.tokens.size()) - 1;
+      int m = 0;
+      while (m < n && it.tokens[m + 1] == g.at(m)) ++m;
+      for (int j = 0; j < m; ++j) emit(it.tokens[j + 1]);
+      emit(g.at(m));  // the bonus token
+      r.accepted = opt_.inject_fault && m > 0 ? m : m + 1;  // the next verify reads column a - 1
+      const int kind = static_cast<int>(r.spec.proposer);
+      for (int j = 0; j < n; ++j) ++stats_.proposed_at[j];
+      for (int j = 0; j < m; ++j) ++stats_.accepted_at[j];
+      stats_.proposed[kind] += n;
+      stats_.accepted[kind] += m;
+      ++stats_.verifies;
+      stats_.verify_tokens += n + 1;
+      ++stats_.decode_request_steps;
+      stats_.decode_tokens += m + 1;
+    }
+    if (static_cast<int>(r.out.size()) >= r.spec.max_new_tokens) finish(r);
+  }
+  return Status::Ok();
+}
+
+void Engine::finish(Live& r) {
+  pool_.release(&r.slots);
+  if (draft_) draft_->finish(static_cast<int>(&r - reqs_.data()));
+  r.phase = Phase::kDone;
+}
+
+Status Engine::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  admit();
+  GDN_RETURN_IF_ERROR(propose());
+  const std::vector<Item> items = schedule();
+  if (!items.empty()) {
+    BatchLayout layout;
+    const Batch b = build_batch(
+        items, [this](int req) -> const std::vector<int32_t>& { return reqs_[req].slots; }, cols_, opt_.pad,
+        &layout);
+    std::vector<std::pair<int, int>> owner;
+    const std::vector<int32_t> rows = logit_rows(items, layout, &owner);
+    std::vector<float> logits;
+    const auto t1 = std::chrono::steady_clock::now();
+    GDN_RETURN_IF_ERROR(runner_.forward(b, rows, &logits));
+    stats_.target_seconds += since(t1);
+    if (draft_) {
+      const auto t2 = std::chrono::steady_clock::now();
+      GDN_RETURN_IF_ERROR(draft_->mirror(items));
+      stats_.draft_seconds += since(t2);
+    }
+    stats_.forward_tokens += b.num_actual_tokens;
+    stats_.max_batch_tokens = std::max(stats_.max_batch_tokens, b.num_actual_tokens);
+    if (layout.pad_rows > 0 || layout.pad_sequences > 0) ++stats_.padded_steps;
+    stats_.pad_rows += layout.pad_rows;
+    stats_.pad_sequences += layout.pad_sequences;
+    GDN_RETURN_IF_ERROR(commit(items, owner, logits));
+  }
+  ++stats_.steps;
+  stats_.seconds += since(t0);
+  return Status::Ok();
+}
+
+}  // namespace gdn::demo

@@ -1,0 +1,107 @@
+// demo_engine.h — a continuous-batching engine in miniature, driving gdn_attention the way a
+// serving engine does.
+//
+// Each step: requests that have arrived are admitted while the slot pool has a block-table row
+// (1 + num_spec slots) for them; the proposers draft tokens for every decoding request; the step's
+// batch is scheduled under a token budget — every decoding request (a verify of 1 + drafts tokens,
+// or a plain decode), then prefill pieces of at most `prefill_chunk` tokens (chunked prefill);
+// the target model runs the whole mixed batch, one gdn_attention call per layer; greedy
+// acceptance commits the accepted drafts and the bonus token and feeds num_accepted_tokens to the
+// next step; finished requests give their slots back. With num_spec = 0 it is a plain greedy
+// engine (the lossless reference).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "demo_drafts.h"
+
+namespace gdn::demo {
+
+enum class ProposerKind { kNone, kDraftModel, kNgram };
+const char* to_string(ProposerKind p);
+
+struct RequestSpec {
+  int id = 0;
+  std::vector<int32_t> prompt;
+  int max_new_tokens = 1;
+  int64_t arrival_step = 0;
+  ProposerKind proposer = ProposerKind::kNone;
+};
+
+struct EngineOptions {
+  int num_spec = 0;             // drafts per step at most; block-table width cols = num_spec + 1
+  int max_running = 8;          // requests holding slots at once
+  int token_budget = 64;        // tokens per step (at least max_running * cols)
+  int prefill_chunk = 16;       // tokens per prefill piece
+  PadOptions pad;               // CUDA-graph-style padding of decode-only steps
+  bool check_metadata = false;  // gdn::check_metadata before every call
+  Device device = Device::kCPU;
+  int ngram_min = 1, ngram_max = 4;
+  double corrupt = 0.0;         // probability that a drafted token is replaced by another one
+  uint64_t seed = 1;            // for corruption
+  bool inject_fault = false;    // tests of the checker: after accepting m >= 1 drafts, feed back
+                                // num_accepted_tokens = m instead of m + 1 (a bookkeeping bug)
+};
+
+struct EngineStats {
+  int64_t steps = 0, forward_tokens = 0;
+  int64_t prefill_pieces = 0, plain_decodes = 0, verifies = 0, verify_tokens = 0;
+  int64_t padded_steps = 0, pad_rows = 0, pad_sequences = 0, max_batch_tokens = 0;
+  int64_t decode_request_steps = 0, decode_tokens = 0;  // mean accepted length = tokens / request-steps
+  std::vector<int64_t> proposed_at, accepted_at;        // per draft position 1..num_spec
+  int64_t proposed[3] = {0, 0, 0}, accepted[3] = {0, 0, 0};  // per ProposerKind
+  int64_t generated = 0;
+  double seconds = 0, target_seconds = 0, draft_seconds = 0;
+};
+
+class Engine {
+ public:
+  // `draft` (may be null) is needed when a request uses ProposerKind::kDraftModel.
+  Status init(const Weights& target, const Weights* draft, const EngineOptions& opt, std::vector<RequestSpec> reqs);
+  bool done() const;
+  Status step();
+
+  int64_t steps() const { return stats_.steps; }
+  int num_requests() const { return static_cast<int>(reqs_.size()); }
+  const std::vector<int32_t>& output(int r) const { return reqs_[r].out; }
+  int64_t output_step(int r, size_t pos) const { return reqs_[r].out_step[pos]; }
+  const RequestSpec& request(int r) const { return reqs_[r].spec; }
+  const EngineStats& stats() const { return stats_; }
+  const SlotPool& pool() const { return pool_; }
+  const DraftModel* draft_model() const { return draft_.get(); }
+  const ModelRunner& runner() const { return runner_; }
+  const EngineOptions& options() const { return opt_; }
+
+ private:
+  enum class Phase { kWaiting, kPrefill, kDecode, kDone };
+  struct Live {
+    RequestSpec spec;
+    Phase phase = Phase::kWaiting;
+    int64_t prefilled = 0;
+    std::vector<int32_t> out;
+    std::vector<int64_t> out_step;
+    std::vector<int32_t> slots;   // block-table row
+    int32_t accepted = 1;         // num_accepted_tokens for the next verify
+    std::vector<int32_t> drafts;  // this step's proposals
+  };
+  void admit();
+  Status propose();
+  std::vector<Item> schedule();
+  Status commit(const std::vector<Item>& items, const std::vector<std::pair<int, int>>& owner,
+                const std::vector<float>& logits);
+  void finish(Live& r);
+
+  EngineOptions opt_;
+  int64_t cols_ = 1;
+  const Weights* target_ = nullptr;
+  ModelRunner runner_;
+  SlotPool pool_;
+  std::unique_ptr<DraftModel> draft_;
+  std::vector<Live> reqs_;
+  EngineStats stats_;
+  Rng rng_{1};
+};
+
+}  // namespace gdn::demo

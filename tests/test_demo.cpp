@@ -1,0 +1,229 @@
+// The demo engine: speculative decoding through gdn_attention must give exactly the tokens of
+// plain greedy decoding of the same model (the check compares tokens; on the CPU the verify and
+// decode paths are also bitwise equal, which the forced-acceptance cases rely on: a draft model
+// equal to the target is accepted everywhere, and a draft that is always changed never is).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <numeric>
+#include <string>
+
+#include "demo_batch.h"
+#include "demo_drafts.h"
+#include "demo_report.h"
+#include "demo_run.h"
+
+namespace gdn::demo {
+namespace {
+
+std::string describe(const DemoConfig& c) {
+  return "proposer " + c.proposer + ", num_spec " + std::to_string(c.num_spec) + ", draft_noise " +
+         std::to_string(c.draft_noise) + ", corrupt " + std::to_string(c.corrupt) + ", seed " + std::to_string(c.seed);
+}
+
+DemoResult run_ok(const DemoConfig& c) {
+  DemoResult r;
+  const Status s = run_demo(c, &r);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(r.lossless) << (r.mismatch ? mismatch_message(*r.mismatch) : std::string());
+  for (size_t i = 0; i < r.requests.size() && s.ok(); ++i) {
+    EXPECT_EQ(static_cast<int>(r.outputs[i].size()), r.requests[i].max_new_tokens) << "request " << i;
+  }
+  return r;
+}
+
+int64_t sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+
+TEST(Demo, ShortConfigurationIsLossless) {
+  const DemoConfig c = short_demo_config();
+  SCOPED_TRACE(describe(c));
+  const DemoResult r = run_ok(c);
+  const EngineStats& s = r.spec;
+  // The batches were really mixed: chunked prefill, plain decodes, verifies, graph padding.
+  EXPECT_GT(s.prefill_pieces, static_cast<int64_t>(r.requests.size()));
+  EXPECT_GT(s.plain_decodes, 0);
+  EXPECT_GT(s.verifies, 0);
+  EXPECT_GT(s.padded_steps, 0);
+  EXPECT_GT(s.pad_rows, 0);
+  EXPECT_GT(s.pad_sequences, 0);
+  // Every request took a block row and gave it back.
+  EXPECT_EQ(r.spec_pool_allocations, static_cast<int64_t>(r.requests.size()));
+  EXPECT_EQ(r.spec_pool_releases, r.spec_pool_allocations);
+  EXPECT_LE(r.spec_pool_peak, r.spec_pool_slots);
+  // One gdn_attention call per layer per step that had work.
+  EXPECT_EQ(r.attention_calls % r.model.layers, 0);
+  EXPECT_LE(r.attention_calls / r.model.layers, s.steps);
+  EXPECT_EQ(s.generated, r.plain.generated);
+}
+
+TEST(Demo, EveryDraftRejected) {
+  DemoConfig c = short_demo_config();
+  c.proposer = "draft";
+  c.draft_noise = 0.0;  // the draft is the target ...
+  c.corrupt = 1.0;      // ... and every drafted token is changed, so none can match
+  SCOPED_TRACE(describe(c));
+  const DemoResult r = run_ok(c);
+  ASSERT_GT(r.spec.proposed_at.at(0), 0);
+  EXPECT_EQ(sum(r.spec.accepted_at), 0);
+  EXPECT_DOUBLE_EQ(mean_accepted_length(r.spec), 1.0);
+}
+
+TEST(Demo, EveryDraftAccepted) {
+  DemoConfig c = short_demo_config();
+  c.proposer = "draft";
+  c.draft_noise = 0.0;  // the draft is the target: it proposes exactly the greedy tokens
+  SCOPED_TRACE(describe(c));
+  const DemoResult r = run_ok(c);
+  ASSERT_GT(sum(r.spec.proposed_at), 0);
+  for (size_t j = 0; j < r.spec.proposed_at.size(); ++j) {
+    EXPECT_EQ(r.spec.accepted_at[j], r.spec.proposed_at[j]) << "draft position " << j + 1;
+  }
+  EXPECT_GT(mean_accepted_length(r.spec), 2.0);
+  EXPECT_LT(r.spec.steps, r.plain.steps);
+}
+
+TEST(Demo, MixedProposersRaggedDrafts) {
+  for (uint64_t seed : {1, 2, 3}) {
+    DemoConfig c = short_demo_config();
+    c.proposer = "mixed";
+    c.draft_noise = 0.05;
+    c.seed = seed;
+    SCOPED_TRACE(describe(c));
+    const DemoResult r = run_ok(c);
+    const int kd = static_cast<int>(ProposerKind::kDraftModel), kn = static_cast<int>(ProposerKind::kNgram);
+    EXPECT_GT(r.spec.proposed[kd], 0);
+    EXPECT_GT(r.spec.proposed[kn], 0);
+    // Both outcomes happen: some drafts accepted, some rejected.
+    EXPECT_GT(sum(r.spec.accepted_at), 0);
+    EXPECT_LT(sum(r.spec.accepted_at), sum(r.spec.proposed_at));
+  }
+}
+
+TEST(Demo, LosslessOptionsMatrix) {
+  struct Case {
+    const char* proposer;
+    int num_spec;
+    bool pad, block;
+  } cases[] = {{"ngram", 1, true, false}, {"draft", 5, false, false}, {"mixed", 2, true, true}, {"none", 3, true, false}};
+  for (const Case& k : cases) {
+    DemoConfig c = short_demo_config();
+    c.proposer = k.proposer;
+    c.num_spec = k.num_spec;
+    c.pad = k.pad;
+    c.model.block_layout = k.block;
+    c.token_budget = 48;
+    SCOPED_TRACE(describe(c) + (k.block ? ", block layout" : "") + (k.pad ? ", padded" : ""));
+    run_ok(c);
+  }
+}
+
+TEST(Demo, CheckCatchesStateBookkeepingBug) {
+  DemoConfig c = short_demo_config();
+  c.proposer = "draft";
+  c.draft_noise = 0.0;
+  c.inject_fault = true;  // num_accepted_tokens fed back one too small
+  DemoResult r;
+  const Status s = run_demo(c, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_FALSE(r.lossless);
+  ASSERT_TRUE(r.mismatch.has_value());
+  const std::string msg = mismatch_message(*r.mismatch);
+  EXPECT_NE(msg.find("request"), std::string::npos);
+  EXPECT_NE(msg.find("step"), std::string::npos);
+  EXPECT_NE(msg.find("position"), std::string::npos);
+  EXPECT_EQ(summary_json(c, r)["lossless"], "no");
+}
+
+TEST(Demo, WeightsRoundTripThroughSafetensors) {
+  DemoConfig c = short_demo_config();
+  const std::string path = ::testing::TempDir() + "gdn_demo_weights.safetensors";
+  c.save_weights_path = path;
+  const DemoResult seeded = run_ok(c);
+  DemoConfig l = short_demo_config();
+  l.weights_path = path;
+  l.model = ModelConfig();  // the file carries the shapes
+  const DemoResult loaded = run_ok(l);
+  EXPECT_EQ(loaded.outputs, seeded.outputs);
+  std::remove(path.c_str());
+}
+
+TEST(Demo, BadConfigurationsAreErrors) {
+  DemoConfig c = short_demo_config();
+  c.proposer = "eagle";
+  DemoResult r;
+  Status s = run_demo(c, &r);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("eagle"), std::string::npos);
+  c = short_demo_config();
+  c.token_budget = 4;
+  s = run_demo(c, &r);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("token_budget"), std::string::npos);
+  c = short_demo_config();
+  c.device = Device::kCUDA;
+  if (!cuda_backend_available()) {
+    s = run_demo(c, &r);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("cuda"), std::string::npos);
+  }
+}
+
+TEST(DemoParts, NgramProposer) {
+  const std::vector<int32_t> ctx = {5, 6, 7, 8, 1, 5, 6, 7};
+  EXPECT_EQ(ngram_propose(ctx, 3, 1, 4), (std::vector<int32_t>{8, 1, 5}));
+  EXPECT_EQ(ngram_propose(ctx, 1, 1, 4), (std::vector<int32_t>{8}));
+  EXPECT_TRUE(ngram_propose({1, 2, 3}, 3, 1, 4).empty());
+  EXPECT_TRUE(ngram_propose(ctx, 0, 1, 4).empty());
+}
+
+TEST(DemoParts, BatchLayoutAndPadding) {
+  // Request 0 verifies 3 tokens, request 1 decodes, request 2 verifies 1 token (no drafts, a = 2).
+  std::vector<std::vector<int32_t>> rows = {{4, 9, 2}, {7, 1, 3}, {0, 5, 6}};
+  std::vector<Item> items(3);
+  items[0] = {0, ItemKind::kVerify, {10, 11, 12}, true, 1, false};
+  items[1] = {1, ItemKind::kDecode, {20}, true, 1, false};
+  items[2] = {2, ItemKind::kVerify, {30}, true, 2, false};
+  PadOptions pad;
+  pad.enabled = true;
+  BatchLayout layout;
+  const Batch b = build_batch(items, [&](int r) -> const std::vector<int32_t>& { return rows[r]; }, 3, pad, &layout);
+  EXPECT_EQ(b.num_actual_tokens, 5);
+  EXPECT_EQ(b.rows, 8);
+  EXPECT_EQ(layout.pad_rows, 3);
+  EXPECT_EQ(b.tokens, (std::vector<int32_t>{10, 11, 12, 20, 30}));
+  EXPECT_EQ(b.ns_indx, (std::vector<int32_t>{3}));
+  EXPECT_EQ(b.ns_slots, (std::vector<int32_t>{7}));
+  EXPECT_EQ(b.num_decodes, 1);
+  EXPECT_EQ(b.sp_indx, (std::vector<int32_t>{0, 1, 2, 4}));
+  EXPECT_EQ(b.sp_qsl, (std::vector<int32_t>{0, 3, 4}));
+  EXPECT_EQ(b.sp_slots, (std::vector<int32_t>{4, 9, 2, 0, 5, 6}));
+  EXPECT_EQ(b.sp_accepted, (std::vector<int32_t>{1, 2}));
+  std::vector<std::pair<int, int>> owner;
+  EXPECT_EQ(logit_rows(items, layout, &owner), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  // Three spec sequences pad to four with an empty sequence on slot -1.
+  items.push_back({0, ItemKind::kVerify, {40, 41}, true, 3, false});
+  rows[0] = {8, 10, 11};
+  const Batch p = build_batch(items, [&](int r) -> const std::vector<int32_t>& { return rows[r]; }, 3, pad, &layout);
+  EXPECT_EQ(p.num_spec(), 4);
+  EXPECT_EQ(p.sp_qsl.back(), p.sp_qsl[3]);
+  EXPECT_EQ(p.sp_slots.back(), -1);
+  EXPECT_EQ(layout.pad_sequences, 1);
+}
+
+TEST(DemoParts, SlotPoolReusesFreedRows) {
+  SlotPool pool;
+  pool.init(8);
+  std::vector<int32_t> a, b, c;
+  ASSERT_TRUE(pool.allocate(4, &a));
+  ASSERT_TRUE(pool.allocate(4, &b));
+  EXPECT_FALSE(pool.allocate(1, &c));
+  pool.release(&a);
+  EXPECT_TRUE(a.empty());
+  ASSERT_TRUE(pool.allocate(4, &c));
+  EXPECT_EQ(pool.peak(), 8);
+  EXPECT_EQ(pool.allocations(), 3);
+  EXPECT_EQ(pool.releases(), 1);
+}
+
+}  // namespace
+}  // namespace gdn::demo
