@@ -1,0 +1,29 @@
+// bindings/torch/tensor_view.h — at::Tensor -> gdn::TensorView, and gdn::Status -> exception.
+//
+// The only place (with ops.cpp) that sees framework types. A view keeps the tensor's pointer,
+// dtype, device and element strides; an undefined tensor or an empty optional becomes an absent
+// view. Nothing is copied: the core validates shapes, dtypes, devices and strides itself and its
+// message (which names the argument) is raised as RuntimeError via TORCH_CHECK.
+#pragma once
+#include <ATen/ATen.h>
+#include <c10/util/Optional.h>
+
+#include "gdn/ops.h"
+
+namespace gdn::torch_binding {
+
+// `op` and `name` only label the error for tensors the core cannot describe at all
+// (an unsupported dtype or device, more than kMaxDims dimensions).
+TensorView to_view(const at::Tensor& t, const char* op, const char* name);
+TensorView to_view(const c10::optional<at::Tensor>& t, const char* op, const char* name);
+
+// Raises the core's message as a c10::Error (RuntimeError in Python).
+void check(const Status& status);
+// The same for messages without the op's name (the enum parsers): "<op>: <message>".
+void check(const Status& status, const char* op);
+
+// The stream to launch on for tensors on `device`: the caller's current CUDA stream, or nullptr
+// (CPU, or a build without CUDA support in torch).
+void* current_stream(const at::Device& device);
+
+}  // namespace gdn::torch_binding

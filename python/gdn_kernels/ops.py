@@ -1,0 +1,324 @@
+"""The five operations of gdn-kernels as Python functions over ``torch.ops.gdn``.
+
+Each function calls one op of the C++ library (CPU or CUDA by the tensors' device; on CUDA it
+runs on the caller's current stream). Arguments are validated before anything is touched; a bad
+argument raises ``RuntimeError`` whose message names it, what was expected and what was given, and
+a failed call changes nothing. The functions are traceable by ``torch.compile`` (the ops have fake
+implementations) and can be captured in CUDA graphs. There is no autograd: these are inference
+kernels.
+
+Common conventions (SPEC.md):
+
+* Index tensors (``query_start_loc``, ``state_indices``, token remaps, ``num_accepted_tokens``)
+  are int32 or int64. ``has_initial_state`` is bool; ``None`` means "true" for every sequence.
+* Sequence ``i`` covers tokens ``[query_start_loc[i], query_start_loc[i+1])``. Output rows that no
+  sequence covers are left as they were (zeros in a freshly allocated output).
+* A slot that is negative, ``>= num_slots`` or equal to ``null_block_id`` marks a padded sequence:
+  no state is read or written and its output rows are zero.
+* Tensors must be dense except in dim 0, whose stride may be larger (padded pools, row views).
+* Activations and conv weights/state: float32, bfloat16 or float16. ``A_log``: float32.
+* ``out=`` writes a caller's buffer instead of allocating (it may be ``x`` itself in eager mode,
+  for an in-place convolution; not under ``torch.compile``).
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "causal_conv1d_fwd",
+    "causal_conv1d_update",
+    "gated_delta_rule_recurrent",
+    "gated_delta_rule_chunked",
+    "gdn_attention",
+]
+
+
+def causal_conv1d_fwd(
+    x: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor] = None,
+    *,
+    conv_state: Tensor,
+    query_start_loc: Tensor,
+    state_indices: Tensor,
+    has_initial_state: Optional[Tensor] = None,
+    activation: str = "silu",
+    null_block_id: Optional[int] = None,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    """Causal depthwise conv1d over a varlen batch of non-speculative sequences (prefill).
+
+    ``y[t, c] = act(bias[c] + sum_j weight[c, j] * u[t - W + 1 + j, c])`` where the inputs before a
+    sequence's first token come from its conv window (rows ``0..W-2`` of its slot) if
+    ``has_initial_state``, else zeros. Afterwards rows ``0..W-2`` of the slot hold the sequence's
+    last ``W-1`` inputs (window included); other rows are untouched.
+
+    Args:
+        x: ``[T, D]`` float32 / bfloat16 / float16 inputs.
+        weight: ``[D, W]``, dtype of ``x``, ``2 <= W <= 5``.
+        bias: ``[D]``, dtype of ``x``, or None.
+        conv_state: ``[num_slots, rows >= W-1, D]``, dtype of ``x``; updated in place.
+        query_start_loc: ``[n+1]`` int32/int64 sequence boundaries.
+        state_indices: ``[n]`` int32/int64, the conv slot of each sequence.
+        has_initial_state: ``[n]`` bool, or None (all true).
+        activation: ``"silu"`` (``"swish"``) or ``"identity"`` (``"none"``).
+        null_block_id: a slot id treated like a negative (padding) slot, or None.
+        out: ``[T, D]`` buffer for ``y`` (dtype of ``x``), or None to allocate one.
+
+    Returns:
+        ``y``: ``[T, D]``, dtype of ``x``.
+    """
+    if out is None:
+        return torch.ops.gdn.causal_conv1d_fwd(
+            x, weight, bias, conv_state, query_start_loc, state_indices, has_initial_state, activation, null_block_id
+        )
+    torch.ops.gdn.causal_conv1d_fwd_out(
+        out, x, weight, bias, conv_state, query_start_loc, state_indices, has_initial_state, activation, null_block_id
+    )
+    return out
+
+
+def causal_conv1d_update(
+    x: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor] = None,
+    *,
+    conv_state: Tensor,
+    query_start_loc: Tensor,
+    state_indices: Tensor,
+    num_accepted_tokens: Optional[Tensor] = None,
+    spec_layout: str = "rolling",
+    activation: str = "silu",
+    null_block_id: Optional[int] = None,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    """Causal conv1d for decode steps and speculative verify steps.
+
+    Without ``num_accepted_tokens`` each sequence is non-speculative (as in ``causal_conv1d_fwd``,
+    always with its initial state). With it, sequence ``i`` is a verify sequence with
+    ``state_indices[i, 0..cols-1]`` (one slot per draft position) and ``a = num_accepted_tokens[i]``
+    tokens accepted at the previous step (bonus token included; clamped into ``[1, cols]``):
+
+    * ``spec_layout="rolling"`` (FLA, vLLM): one line per sequence in slot ``state_indices[i, 0]``
+      with ``rows >= W - 2 + cols``; the window for token 0 is rows ``a-1 .. a+W-3``; afterwards
+      rows ``0 .. W-3+T_i`` hold ``[old rows a .. a+W-3, u_0 .. u_{T_i-1}]``.
+    * ``spec_layout="per_token"``: the window is rows ``0..W-2`` of slot ``state_indices[i, a-1]``;
+      after token ``t`` rows ``0..W-2`` of slot ``state_indices[i, t]`` hold the last ``W-1``
+      inputs up to token ``t``.
+
+    Args:
+        x: ``[T, D]`` float32 / bfloat16 / float16 inputs (``T_i <= cols`` tokens per sequence).
+        weight: ``[D, W]``, dtype of ``x``.
+        bias: ``[D]`` or None.
+        conv_state: ``[num_slots, rows, D]``, dtype of ``x``; updated in place.
+        query_start_loc: ``[n+1]`` int32/int64.
+        state_indices: ``[n]`` (decode) or ``[n, cols]`` (verify) int32/int64.
+        num_accepted_tokens: ``[n]`` int32/int64 (its presence means verify), or None.
+        spec_layout: ``"rolling"`` or ``"per_token"`` (verify only).
+        activation: ``"silu"`` or ``"identity"``.
+        null_block_id: a slot id treated as padding, or None.
+        out: ``[T, D]`` buffer for ``y``, or None to allocate one.
+
+    Returns:
+        ``y``: ``[T, D]``, dtype of ``x``.
+    """
+    if out is None:
+        return torch.ops.gdn.causal_conv1d_update(
+            x, weight, bias, conv_state, query_start_loc, state_indices, num_accepted_tokens, spec_layout,
+            activation, null_block_id,
+        )
+    torch.ops.gdn.causal_conv1d_update_out(
+        out, x, weight, bias, conv_state, query_start_loc, state_indices, num_accepted_tokens, spec_layout,
+        activation, null_block_id,
+    )
+    return out
+
+
+def gated_delta_rule_recurrent(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    b: Tensor,
+    *,
+    A_log: Tensor,
+    dt_bias: Tensor,
+    ssm_state: Tensor,
+    query_start_loc: Tensor,
+    state_indices: Tensor,
+    num_accepted_tokens: Optional[Tensor] = None,
+    has_initial_state: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    state_layout: str = "vk",
+    null_block_id: Optional[int] = None,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    """The gated delta rule, token by token (decode, verify, short non-speculative sequences).
+
+    Per token and value head ``h`` (key head ``h // (HV // H)``), with the state ``S`` (``V x K``)::
+
+        g = -exp(A_log[h]) * softplus(a[h] + dt_bias[h]);  beta = sigmoid(b[h])
+        q^ = l2norm(q) * scale;  k^ = l2norm(k)          (eps 1e-6; scale defaults to K**-0.5)
+        S = exp(g) * S;  S = S + beta * (v - S k^) k^T;  o[h] = S q^
+
+    Non-speculative sequences (``state_indices [n]``) start from slot ``state_indices[i]`` (zeros
+    when ``has_initial_state[i]`` is false) and store the final state there. Verify sequences
+    (``state_indices [n, cols]`` with ``num_accepted_tokens``) read the state from column
+    ``num_accepted_tokens[i] - 1`` and store the state after token ``t`` into column ``t``.
+
+    Args:
+        q, k: ``[T, H, K]`` float32 / bfloat16 / float16.
+        v: ``[T, HV, V]``, dtype of ``q``; ``HV`` a multiple of ``H``; ``K != V`` is fine.
+        a, b: ``[T, HV]`` raw gate inputs, dtype of ``q``.
+        A_log: ``[HV]`` float32.
+        dt_bias: ``[HV]`` any float dtype.
+        ssm_state: ``[num_slots, HV, V, K]`` (``state_layout="vk"``) or ``[num_slots, HV, K, V]``
+            (``"kv"``), float32 / bfloat16 / float16; updated in place.
+        query_start_loc: ``[n+1]`` int32/int64.
+        state_indices: ``[n]`` or ``[n, cols]`` int32/int64.
+        num_accepted_tokens: ``[n]`` int32/int64 (verify), or None.
+        has_initial_state: ``[n]`` bool, or None (all true).
+        scale: the query scale, or None for ``K ** -0.5``.
+        state_layout: ``"vk"`` or ``"kv"``.
+        null_block_id: a slot id treated as padding, or None.
+        out: ``[T, HV, V]`` buffer for ``o`` (dtype of ``q``), or None to allocate one.
+
+    Returns:
+        ``o``: ``[T, HV, V]``, dtype of ``q``.
+    """
+    if out is None:
+        return torch.ops.gdn.gated_delta_rule_recurrent(
+            q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices, num_accepted_tokens,
+            has_initial_state, scale, state_layout, null_block_id,
+        )
+    torch.ops.gdn.gated_delta_rule_recurrent_out(
+        out, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices, num_accepted_tokens,
+        has_initial_state, scale, state_layout, null_block_id,
+    )
+    return out
+
+
+def gated_delta_rule_chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    b: Tensor,
+    *,
+    A_log: Tensor,
+    dt_bias: Tensor,
+    ssm_state: Tensor,
+    query_start_loc: Tensor,
+    state_indices: Tensor,
+    has_initial_state: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    state_layout: str = "vk",
+    null_block_id: Optional[int] = None,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    """The gated delta rule computed chunk-parallel (prefill of long sequences).
+
+    Same contract and arguments as :func:`gated_delta_rule_recurrent` for non-speculative
+    sequences (``state_indices [n]``; there is no ``num_accepted_tokens``), and the same results up
+    to rounding.
+
+    Returns:
+        ``o``: ``[T, HV, V]``, dtype of ``q``.
+    """
+    if out is None:
+        return torch.ops.gdn.gated_delta_rule_chunked(
+            q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices, has_initial_state, scale,
+            state_layout, null_block_id,
+        )
+    torch.ops.gdn.gated_delta_rule_chunked_out(
+        out, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices, has_initial_state, scale,
+        state_layout, null_block_id,
+    )
+    return out
+
+
+def gdn_attention(
+    core_attn_out: Tensor,
+    z: Tensor,
+    projected_states_qkvz: Tensor,
+    projected_states_ba: Tensor,
+    num_k_heads: int,
+    num_v_heads: int,
+    head_k_dim: int,
+    head_v_dim: int,
+    conv_state: Tensor,
+    ssm_state: Tensor,
+    conv_weights: Tensor,
+    conv_bias: Optional[Tensor],
+    activation: str,
+    A_log: Tensor,
+    dt_bias: Tensor,
+    num_prefills: int,
+    num_decodes: int,
+    num_spec_decodes: int,
+    has_initial_state: Optional[Tensor],
+    non_spec_query_start_loc: Optional[Tensor],
+    non_spec_token_indx: Optional[Tensor],
+    non_spec_state_indices_tensor: Optional[Tensor],
+    spec_query_start_loc: Optional[Tensor],
+    spec_token_indx: Optional[Tensor],
+    spec_state_indices_tensor: Optional[Tensor],
+    num_accepted_tokens: Optional[Tensor],
+    num_actual_tokens: int,
+    tp_size: int,
+    reorder_input: bool,
+    *,
+    null_block_id: Optional[int] = None,
+) -> None:
+    """The GDN layer core for a mixed batch: conv, gates, l2 norm and the delta rule in one call.
+
+    The argument list is vllm-xpu-kernels' ``gdn_attention``, so an engine's call site works
+    unchanged (``torch.ops.gdn.gdn_attention`` takes the same arguments). Head counts are global
+    (divided by ``tp_size`` inside); below, ``H = num_k_heads / tp_size``, ``HV = num_v_heads /
+    tp_size``, ``K = head_k_dim``, ``V = head_v_dim``, ``D = 2 H K + HV V``. Any mix of prefills,
+    decodes and verify sequences (ragged, padded) works; nothing depends on the order of prefills
+    and decodes. The query scale is ``K ** -0.5``.
+
+    Args:
+        core_attn_out: ``[rows, HV, V]`` output, dtype of the projections; rows
+            ``< num_actual_tokens`` are written (zeros for padded sequences), later rows untouched.
+        z: ``[rows, HV, V]``: the z part of the projections, copied for every row
+            ``< num_actual_tokens``.
+        projected_states_qkvz: ``[rows, H (2K + 2 (HV/H) V)]`` float32 / bfloat16 / float16;
+            interleaved per key head (``reorder_input=False``, Qwen3-Next) or blocks
+            ``[q | k | v | z]`` (``reorder_input=True``, Qwen3.5/3.6).
+        projected_states_ba: ``[rows, 2 HV]``: per key head ``[b | a]`` or blocks ``[b | a]``.
+        num_k_heads, num_v_heads, head_k_dim, head_v_dim: global head counts and head dims.
+        conv_state: ``[num_slots, rows >= W - 2 + cols, D]``, dtype of the projections; updated.
+            Verify sequences use the rolling layout in slot ``spec_state_indices_tensor[i, 0]``.
+        ssm_state: ``[num_slots, HV, V, K]`` ("vk") float32 / bfloat16 / float16; updated.
+        conv_weights: ``[D, W]``; conv_bias: ``[D]`` or None.
+        activation: ``"silu"`` or ``"identity"``.
+        A_log: ``[HV]`` float32; dt_bias: ``[HV]`` any float dtype.
+        num_prefills, num_decodes: counts of non-speculative sequences (only their sum matters).
+        num_spec_decodes: count of verify sequences.
+        has_initial_state: ``[num_prefills + num_decodes]`` bool or None (all true).
+        non_spec_query_start_loc: ``[num_prefills + num_decodes + 1]``, or None without them.
+        non_spec_token_indx: global row of each non-spec token, or None (identity).
+        non_spec_state_indices_tensor: ``[num_prefills + num_decodes]`` slots.
+        spec_query_start_loc: ``[num_spec_decodes + 1]``, or None without verify sequences.
+        spec_token_indx: global row of each spec token, or None (identity).
+        spec_state_indices_tensor: ``[num_spec_decodes, cols]`` slots (a block-table row each).
+        num_accepted_tokens: ``[num_spec_decodes]`` tokens accepted at the previous step.
+        num_actual_tokens: rows that hold tokens (graph-padded buffers may have more).
+        tp_size: tensor-parallel size.
+        reorder_input: the projection layout (see ``projected_states_qkvz``).
+        null_block_id: a slot id treated as padding, or None.
+
+    All index tensors are int32 or int64. ``attention_args_from_vllm_metadata`` builds the
+    metadata arguments from vLLM's ``GDNAttentionMetadata``.
+    """
+    torch.ops.gdn.gdn_attention(
+        core_attn_out, z, projected_states_qkvz, projected_states_ba, num_k_heads, num_v_heads, head_k_dim,
+        head_v_dim, conv_state, ssm_state, conv_weights, conv_bias, activation, A_log, dt_bias, num_prefills,
+        num_decodes, num_spec_decodes, has_initial_state, non_spec_query_start_loc, non_spec_token_indx,
+        non_spec_state_indices_tensor, spec_query_start_loc, spec_token_indx, spec_state_indices_tensor,
+        num_accepted_tokens, num_actual_tokens, tp_size, reorder_input, null_block_id,
+    )
