@@ -1,6 +1,7 @@
 // gdn demo — a speculative-decoding engine in miniature, checked against plain greedy decoding.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -188,8 +189,12 @@ int cmd_demo(int argc, char** argv) {
 
   const bool tty = show_progress && isatty(STDERR_FILENO);
   demo::DemoResult res;
+  auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
   const Status s = demo::run_demo(cfg, &res, [&](const demo::DemoProgress& p) {
-    if (tty) std::fprintf(stderr, "\r%s", demo::progress_line(p, 100).c_str());
+    const auto now = std::chrono::steady_clock::now();
+    if (!tty || now - last < std::chrono::milliseconds(40)) return;  // redraw at most 25 times a second
+    last = now;
+    std::fprintf(stderr, "\r%s", demo::progress_line(p, 100).c_str());
   });
   if (tty) std::fprintf(stderr, "\r%*s\r", 100, "");
   if (!s.ok()) return fail(s.message());

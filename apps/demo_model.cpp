@@ -97,8 +97,15 @@ uint64_t Rng::next() {
 }
 double Rng::uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
 double Rng::normal() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
   const double u1 = 1.0 - uniform(), u2 = uniform();
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  const double r = std::sqrt(-2.0 * std::log(u1));
+  spare_ = r * std::sin(6.283185307179586 * u2);
+  has_spare_ = true;
+  return r * std::cos(6.283185307179586 * u2);
 }
 int64_t Rng::below(int64_t n) { return n <= 0 ? 0 : static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
 int64_t Rng::range(int64_t lo, int64_t hi) { return hi <= lo ? lo : lo + below(hi - lo + 1); }

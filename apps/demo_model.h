@@ -86,6 +86,8 @@ class Rng {
 
  private:
   uint64_t s_;
+  double spare_ = 0;
+  bool has_spare_ = false;
 };
 
 }  // namespace gdn::demo

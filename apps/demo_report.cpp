@@ -82,6 +82,11 @@ std::string summary_table(const DemoConfig& c, const DemoResult& r) {
   s << row("seconds (target / drafting)", fmt("%.3f", a.target_seconds) + " / " + fmt("%.3f", a.draft_seconds),
            fmt("%.3f", b.target_seconds));
   s << row("mean accepted length", fmt("%.2f", mean_accepted_length(a)), fmt("%.2f", mean_accepted_length(b)));
+  if (c.device == Device::kCPU && tokens_per_second(a) < tokens_per_second(b)) {
+    s << "  (on the CPU a step costs in proportion to its tokens and the draft model is as large as the\n"
+         "   target, so speculation saves engine steps here, not time; on a GPU a decode step costs about\n"
+         "   the same for 1 or 1 + num_spec tokens)\n";
+  }
   s << "\n  batches (speculative engine; " << r.attention_calls << " gdn_attention calls, one per layer per step)\n";
   s << "    prefill pieces " << a.prefill_pieces << ", plain decodes " << a.plain_decodes << ", verify sequences "
     << a.verifies << " (" << a.verify_tokens << " tokens), largest batch " << a.max_batch_tokens << " tokens\n";
