@@ -9,23 +9,34 @@ namespace gdn::prop {
 
 inline TensorView opt_view(Buf* b) { return b ? b->view() : absent(); }
 
-inline Status run_conv_fwd(Backend be, Buf& x, Buf& w, Buf* bias, Buf& pool, Buf& qsl, Buf& slots, Buf* has_init,
-                           Buf& y, Activation act = Activation::kSilu, std::optional<int64_t> null_id = {}) {
+inline CausalConv1dFwdArgs conv_fwd_args(Buf& x, Buf& w, Buf* bias, Buf& pool, Buf& qsl, Buf& slots, Buf* has_init,
+                                         Buf& y, Activation act = Activation::kSilu,
+                                         std::optional<int64_t> null_id = {}) {
   CausalConv1dFwdArgs a;
   a.x = x.view(); a.weight = w.view(); a.bias = opt_view(bias); a.conv_state = pool.view();
   a.query_start_loc = qsl.view(); a.state_indices = slots.view(); a.has_initial_state = opt_view(has_init);
   a.y = y.view(); a.activation = act; a.null_block_id = null_id;
-  return capture::run_on(be, a);
+  return a;
+}
+inline Status run_conv_fwd(Backend be, Buf& x, Buf& w, Buf* bias, Buf& pool, Buf& qsl, Buf& slots, Buf* has_init,
+                           Buf& y, Activation act = Activation::kSilu, std::optional<int64_t> null_id = {}) {
+  return capture::run_on(be, conv_fwd_args(x, w, bias, pool, qsl, slots, has_init, y, act, null_id));
 }
 
-inline Status run_conv_update(Backend be, Buf& x, Buf& w, Buf* bias, Buf& pool, Buf& qsl, Buf& slots, Buf* nacc,
-                              Buf& y, SpecConvLayout layout, Activation act = Activation::kSilu,
-                              std::optional<int64_t> null_id = {}) {
+inline CausalConv1dUpdateArgs conv_update_args(Buf& x, Buf& w, Buf* bias, Buf& pool, Buf& qsl, Buf& slots,
+                                               Buf* nacc, Buf& y, SpecConvLayout layout,
+                                               Activation act = Activation::kSilu,
+                                               std::optional<int64_t> null_id = {}) {
   CausalConv1dUpdateArgs a;
   a.x = x.view(); a.weight = w.view(); a.bias = opt_view(bias); a.conv_state = pool.view();
   a.query_start_loc = qsl.view(); a.state_indices = slots.view(); a.num_accepted_tokens = opt_view(nacc);
   a.y = y.view(); a.spec_layout = layout; a.activation = act; a.null_block_id = null_id;
-  return capture::run_on(be, a);
+  return a;
+}
+inline Status run_conv_update(Backend be, Buf& x, Buf& w, Buf* bias, Buf& pool, Buf& qsl, Buf& slots, Buf* nacc,
+                              Buf& y, SpecConvLayout layout, Activation act = Activation::kSilu,
+                              std::optional<int64_t> null_id = {}) {
+  return capture::run_on(be, conv_update_args(x, w, bias, pool, qsl, slots, nacc, y, layout, act, null_id));
 }
 
 // Inputs of the gated delta rule for T tokens.
@@ -87,13 +98,18 @@ inline GdrIn slice_tokens(const GdrIn& g, const std::vector<int64_t>& rows) {
   return s;
 }
 
-inline Status run_gdr(Backend be, bool chunked, GdrIn& in, Buf& pool, StateLayout layout, Buf& qsl, Buf& slots,
-                      Buf* nacc, Buf* has_init, Buf& o, std::optional<int64_t> null_id = {}) {
+inline GatedDeltaRuleArgs gdr_args(GdrIn& in, Buf& pool, StateLayout layout, Buf& qsl, Buf& slots, Buf* nacc,
+                                   Buf* has_init, Buf& o, std::optional<int64_t> null_id = {}) {
   GatedDeltaRuleArgs a;
   a.q = in.q.view(); a.k = in.k.view(); a.v = in.v.view(); a.a = in.a.view(); a.b = in.b.view();
   a.A_log = in.A_log.view(); a.dt_bias = in.dt_bias.view(); a.ssm_state = pool.view();
   a.query_start_loc = qsl.view(); a.state_indices = slots.view(); a.num_accepted_tokens = opt_view(nacc);
   a.has_initial_state = opt_view(has_init); a.o = o.view(); a.state_layout = layout; a.null_block_id = null_id;
+  return a;
+}
+inline Status run_gdr(Backend be, bool chunked, GdrIn& in, Buf& pool, StateLayout layout, Buf& qsl, Buf& slots,
+                      Buf* nacc, Buf* has_init, Buf& o, std::optional<int64_t> null_id = {}) {
+  GatedDeltaRuleArgs a = gdr_args(in, pool, layout, qsl, slots, nacc, has_init, o, null_id);
   return chunked ? capture::run_chunked_on(be, a) : capture::run_recurrent_on(be, a);
 }
 
