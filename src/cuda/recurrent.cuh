@@ -22,10 +22,21 @@
 
 namespace gdn::cuda {
 
+#ifndef GDN_REC_ROWS_F32
+#define GDN_REC_ROWS_F32 4  // state rows per warp for float32 state (same bytes per thread for 16-bit)
+#endif
+#ifndef GDN_REC_MIN_BLOCKS
+#define GDN_REC_MIN_BLOCKS 4  // resident blocks per SM the register budget must allow
+#endif
+
 constexpr int kWarps = 4;
-constexpr int kRowsPerWarp = 4;
-constexpr int kRows = kWarps * kRowsPerWarp;
 constexpr int kRecThreads = kWarps * 32;
+
+template <typename TState>
+struct RecTraits {
+  static constexpr int kRowsPerWarp = GDN_REC_ROWS_F32 * 4 / static_cast<int>(sizeof(TState));
+  static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
+};
 
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
@@ -45,13 +56,11 @@ template <> struct VecOf<16> { using type = uint4; };
 template <> struct VecOf<8> { using type = uint2; };
 template <> struct VecOf<4> { using type = uint32_t; };
 
+// kDense: "vk" layout, K == 32 EPL, 16-byte aligned slots (decided on the host).
 template <typename TState, int EPL>
-__device__ __forceinline__ bool vector_path(const RecurrentParams& p) {
-  using Vec = typename VecOf<EPL * sizeof(TState) <= 16 ? EPL * sizeof(TState) : 16>::type;
-  return !std::is_void_v<Vec> && !p.kv_layout && p.state_vec && p.K == 32 * EPL;
-}
+constexpr bool kHasVec = !std::is_void_v<typename VecOf<(EPL * sizeof(TState) < 16 ? EPL * sizeof(TState) : 16)>::type>;
 
-template <typename TState, int EPL>
+template <typename TState, int EPL, bool kDense>
 __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int lane,
                                          float (&s)[EPL]) {
   const TState* base = static_cast<const TState*>(p.state) + slot * p.state_slot_stride +
@@ -59,8 +68,8 @@ __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot,
   constexpr int kBytes = EPL * sizeof(TState);
   constexpr int kChunk = kBytes < 16 ? kBytes : 16;
   using Vec = typename VecOf<kChunk>::type;
-  if constexpr (!std::is_void_v<Vec>) {
-    if (vector_path<TState, EPL>(p)) {
+  if constexpr (kDense && !std::is_void_v<Vec>) {
+    {
       const Vec* src = reinterpret_cast<const Vec*>(base + state_elem(p, vi, lane * EPL));
       constexpr int kPer = kChunk / sizeof(TState);
 #pragma unroll
@@ -70,25 +79,25 @@ __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot,
 #pragma unroll
         for (int j = 0; j < kPer; ++j) s[c * kPer + j] = to_float(e[j]);
       }
-      return;
     }
-  }
+  } else {
 #pragma unroll
-  for (int j = 0; j < EPL; ++j) {
-    const int ki = lane * EPL + j;
-    s[j] = ki < p.K ? to_float(base[state_elem(p, vi, ki)]) : 0.f;
+    for (int j = 0; j < EPL; ++j) {
+      const int ki = lane * EPL + j;
+      s[j] = ki < p.K ? to_float(base[state_elem(p, vi, ki)]) : 0.f;
+    }
   }
 }
 
-template <typename TState, int EPL>
+template <typename TState, int EPL, bool kDense>
 __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int lane,
                                           const float (&s)[EPL]) {
   TState* base = static_cast<TState*>(p.state) + slot * p.state_slot_stride + static_cast<int64_t>(hv) * p.V * p.K;
   constexpr int kBytes = EPL * sizeof(TState);
   constexpr int kChunk = kBytes < 16 ? kBytes : 16;
   using Vec = typename VecOf<kChunk>::type;
-  if constexpr (!std::is_void_v<Vec>) {
-    if (vector_path<TState, EPL>(p)) {
+  if constexpr (kDense && !std::is_void_v<Vec>) {
+    {
       Vec* dst = reinterpret_cast<Vec*>(base + state_elem(p, vi, lane * EPL));
       constexpr int kPer = kChunk / sizeof(TState);
 #pragma unroll
@@ -99,13 +108,13 @@ __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot
         for (int j = 0; j < kPer; ++j) e[j] = from_float<TState>(s[c * kPer + j]);
         __stcs(dst + c, u);
       }
-      return;
     }
-  }
+  } else {
 #pragma unroll
-  for (int j = 0; j < EPL; ++j) {
-    const int ki = lane * EPL + j;
-    if (ki < p.K) base[state_elem(p, vi, ki)] = from_float<TState>(s[j]);
+    for (int j = 0; j < EPL; ++j) {
+      const int ki = lane * EPL + j;
+      if (ki < p.K) base[state_elem(p, vi, ki)] = from_float<TState>(s[j]);
+    }
   }
 }
 
@@ -140,10 +149,12 @@ __device__ __forceinline__ float conv_channel(const RecurrentParams& p, const Gr
   return round_to<TAct>(acc);  // the conv output is stored in the activation dtype
 }
 
-template <typename TAct, typename TState, int EPL, bool kFused>
-__global__ void __launch_bounds__(kRecThreads) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
+template <typename TAct, typename TState, int EPL, bool kFused, bool kDense>
+__global__ void __launch_bounds__(kRecThreads, GDN_REC_MIN_BLOCKS)
+    recurrent_kernel(const __grid_constant__ RecurrentParams p) {
   constexpr int KP = EPL * 32;  // K padded to the lanes
-  constexpr int R = kRowsPerWarp;
+  constexpr int R = RecTraits<TState>::kRowsPerWarp;
+  constexpr int kRows = RecTraits<TState>::kRows;
   __shared__ float s_q[KP], s_k[KP], s_v[kRows], s_ab[2];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int hv = blockIdx.y, h = hv / p.r;
@@ -181,7 +192,7 @@ __global__ void __launch_bounds__(kRecThreads) recurrent_kernel(const __grid_con
   for (int j = 0; j < R; ++j) {
 #pragma unroll
     for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
-    if (init && row0 + j < p.V) load_row<TState, EPL>(p, read_slot, hv, row0 + j, lane, s[j]);
+    if (init && row0 + j < p.V) load_row<TState, EPL, kDense>(p, read_slot, hv, row0 + j, lane, s[j]);
   }
 
   const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
@@ -276,13 +287,13 @@ __global__ void __launch_bounds__(kRecThreads) recurrent_kernel(const __grid_con
       if (rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id))
 #pragma unroll
         for (int j = 0; j < R; ++j)
-          if (row0 + j < p.V) store_row<TState, EPL>(p, slot, hv, row0 + j, lane, s[j]);
+          if (row0 + j < p.V) store_row<TState, EPL, kDense>(p, slot, hv, row0 + j, lane, s[j]);
     }
   }
   if (!g.spec)
 #pragma unroll
     for (int j = 0; j < R; ++j)
-      if (row0 + j < p.V) store_row<TState, EPL>(p, slot0, hv, row0 + j, lane, s[j]);
+      if (row0 + j < p.V) store_row<TState, EPL, kDense>(p, slot0, hv, row0 + j, lane, s[j]);
 }
 
 // Launchers, one per activation dtype (recurrent_<dtype>.cu); state dtype and K dispatched inside.
@@ -294,15 +305,21 @@ template <typename TAct>
 Status launch_recurrent(const RecurrentParams& p, DType state, bool fused, cudaStream_t stream) {
   const int64_t nseq = p.group[0].n + p.group[1].n;
   if (nseq == 0) return Status::Ok();
-  const dim3 grid(static_cast<unsigned>((p.V + kRows - 1) / kRows), static_cast<unsigned>(p.HV),
-                  static_cast<unsigned>(nseq));
   auto go = [&](auto state_tag, auto epl_tag) -> Status {
     using TS = decltype(state_tag);
     constexpr int EPL = decltype(epl_tag)::value;
-    if (fused)
-      recurrent_kernel<TAct, TS, EPL, true><<<grid, kRecThreads, 0, stream>>>(p);
+    constexpr int kRows = RecTraits<TS>::kRows;
+    const dim3 grid(static_cast<unsigned>((p.V + kRows - 1) / kRows), static_cast<unsigned>(p.HV),
+                    static_cast<unsigned>(nseq));
+    const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == 32 * EPL;
+    if (fused && dense)
+      recurrent_kernel<TAct, TS, EPL, true, true><<<grid, kRecThreads, 0, stream>>>(p);
+    else if (fused)
+      recurrent_kernel<TAct, TS, EPL, true, false><<<grid, kRecThreads, 0, stream>>>(p);
+    else if (dense)
+      recurrent_kernel<TAct, TS, EPL, false, true><<<grid, kRecThreads, 0, stream>>>(p);
     else
-      recurrent_kernel<TAct, TS, EPL, false><<<grid, kRecThreads, 0, stream>>>(p);
+      recurrent_kernel<TAct, TS, EPL, false, false><<<grid, kRecThreads, 0, stream>>>(p);
     GDN_CUDA_CHECK(cudaGetLastError());
     return Status::Ok();
   };
