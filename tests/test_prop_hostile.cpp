@@ -192,6 +192,8 @@ std::vector<Mutation> mutations() {
                  h.slots[0][2] = h.num_slots + 3;  // sequence 0: T = 3, a = 2
                  c.slots[0][2] = -1;
                }});
+  // Rolling conv reads only column 0's slot; whether an invalid column a-1 also pads the rolling
+  // conv primitive is not settled (gdn_attention: see test_prop_hostile_attention.cpp).
   m.push_back({"verify column a-1 past the pool (padding)", true, false, false, [](HCase& h, HCase& c) {
                  h.slots[0][1] = h.num_slots;  // sequence 0: a = 2
                  for (auto& s : c.slots[0]) s = -1;
@@ -238,7 +240,6 @@ TEST_P(PropHostile, PrimitivesClampOrPad) {
       EXPECT_EQ(byte_diff(h.out, c.out), "") << "outputs differ from the clean equivalent";
       EXPECT_EQ(byte_diff(h.pool, c.pool), "") << "pool differs from the clean equivalent";
       EXPECT_TRUE(h.out.canaries_ok() && h.pool.canaries_ok()) << "write outside a buffer";
-      if (HasFailure()) return;
     }
 }
 
