@@ -1,10 +1,11 @@
 # make test  — install what is missing (Debian), configure, build, run every test.
 # make demo  — build and run the main job.
+# make test-python — build the torch extension in $(BUILD) and run python/tests (pytest).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo clean
+.PHONY: deps configure build test test-python demo clean
 
 deps:
 	@./scripts/install_deps.sh
@@ -17,6 +18,17 @@ build: configure
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The torch tests use the first python3 that imports torch (a pyenv shim may shadow Debian's);
+# without one they are skipped with a note. Looked up when the recipe runs, after deps.
+test-python: deps
+	@py=$$(for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { command -v $$p; break; }; done); \
+	if [ -z "$$py" ]; then echo "test-python: no python3 that imports torch: python tests skipped"; exit 0; fi; \
+	set -ex; \
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDN_BUILD_TORCH=ON -DGDN_TORCH_PYTHON=$$py $(CMAKE_FLAGS); \
+	cmake --build $(BUILD) -j $(JOBS) --target gdn_torch gdn_torch_api_harness; \
+	GDN_TORCH_LIB=$(abspath $(BUILD))/lib GDN_TORCH_HARNESS=$(abspath $(BUILD))/bin/gdn_torch_api_harness \
+	  PYTHONPATH=$(CURDIR)/python $$py -m pytest -q -p no:cacheprovider python/tests
 
 demo: build
 	$(BUILD)/bin/gdn replay tests/data/golden

@@ -21,6 +21,7 @@ _loaded_path = None
 def _candidates():
     here = Path(__file__).resolve().parent
     yield here / LIBRARY_NAME
+    yield from sorted(here.glob("libgdn_torch*.so"))  # a build that kept a Python ABI suffix
     repo = here.parent.parent  # <repo>/python/gdn_kernels -> <repo>
     preferred = [repo / "build-torch", repo / "build"]
     others = sorted(
