@@ -23,18 +23,18 @@ FUNCTIONAL = {
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(FUNCTIONAL))
 def test_opcheck_functional(name, device):
-    torch.library.opcheck(getattr(torch.ops.gdn, name).default, to_device(FUNCTIONAL[name](), device))
+    torch.library.opcheck(getattr(torch.ops.gdn, name).default, tuple(to_device(FUNCTIONAL[name](), device)))
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(FUNCTIONAL))
 def test_opcheck_out(name, device):
     op_name, args = out_sample(FUNCTIONAL[name])
-    torch.library.opcheck(getattr(torch.ops.gdn, op_name + "_out").default, to_device(args, device))
+    torch.library.opcheck(getattr(torch.ops.gdn, op_name + "_out").default, tuple(to_device(args, device)))
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", ["attention_mixed_interleaved", "attention_spec_block_layout",
                                   "attention_prefill_decode_block"])
 def test_opcheck_gdn_attention(case, device):
-    torch.library.opcheck(torch.ops.gdn.gdn_attention.default, to_device(attention_args(case), device))
+    torch.library.opcheck(torch.ops.gdn.gdn_attention.default, tuple(to_device(attention_args(case), device)))
