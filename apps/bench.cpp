@@ -1,6 +1,6 @@
 // gdn bench — decode and verify timings on the GPU, by the method of PERFORMANCE.md:
-//  * each timed unit is a CUDA graph of R calls, each call on its own slots of one large pool
-//    (the pools of a graph exceed 3x the 60 MB L2, so replays do not measure the cache);
+//  * each timed unit is a CUDA graph of R <= 1024 calls, each call on its own slots of one large
+//    pool (the states of a graph exceed 3x the 60 MB L2, so replays do not measure the cache);
 //  * warm-up replays, then >= 20 timed replays (CUDA events); median time per call;
 //  * random data (hashed), fresh per case;
 //  * GB/s counts the fewest bytes a call must move (each state read once and each stored state
@@ -134,7 +134,7 @@ Result run_case(const Case& k, int replays) {
   const size_t slot_bytes = m.HV * m.V * m.K * es;
   const int64_t slots_per_call = N * cols;
   const double min_pool = 3.0 * 60e6;
-  const int calls = static_cast<int>(std::clamp<double>(std::ceil(min_pool / (slots_per_call * slot_bytes)), 1, 64));
+  const int calls = static_cast<int>(std::clamp<double>(std::ceil(min_pool / (slots_per_call * slot_bytes)), 1, 1024));
   const int64_t num_slots = calls * slots_per_call;
   const int64_t D = 2 * m.H * m.K + m.HV * m.V;
   const int64_t r = m.HV / m.H;

@@ -8,27 +8,29 @@
 namespace gdn::rules {
 
 struct ProjLayout {
-  int64_t H, HV, K, V, r, D;  // per rank; D = 2 H K + HV V conv channels
-  bool block;                 // reorder_input: [q | k | v | z] and [b | a]; else per-key-head groups
+  // Per rank; D = 2 H K + HV V conv channels. 32-bit on purpose: every column index fits, and
+  // 64-bit division is slow on the GPU.
+  int H, HV, K, V, r, D;
+  bool block;  // reorder_input: [q | k | v | z] and [b | a]; else per-key-head groups
 
-  GDN_HD int64_t group_width() const { return 2 * K + 2 * r * V; }
+  GDN_HD int group_width() const { return 2 * K + 2 * r * V; }
   // qkvz column of conv channel c (order [q heads, k heads, v heads]).
-  GDN_HD int64_t conv_col(int64_t c) const {
+  GDN_HD int conv_col(int c) const {
     if (block) return c;
-    const int64_t hk = H * K;
+    const int hk = H * K;
     if (c < hk) return (c / K) * group_width() + c % K;
     if (c < 2 * hk) return ((c - hk) / K) * group_width() + K + (c - hk) % K;
-    const int64_t cv = c - 2 * hk, hv = cv / V;
+    const int cv = c - 2 * hk, hv = cv / V;
     return (hv / r) * group_width() + 2 * K + (hv % r) * V + cv % V;
   }
   // qkvz column of z[hv, vi].
-  GDN_HD int64_t z_col(int64_t hv, int64_t vi) const {
+  GDN_HD int z_col(int hv, int vi) const {
     if (block) return 2 * H * K + HV * V + hv * V + vi;
     return (hv / r) * group_width() + 2 * K + r * V + (hv % r) * V + vi;
   }
   // ba columns of b[hv] and a[hv].
-  GDN_HD int64_t b_col(int64_t hv) const { return block ? hv : (hv / r) * 2 * r + hv % r; }
-  GDN_HD int64_t a_col(int64_t hv) const { return block ? HV + hv : (hv / r) * 2 * r + r + hv % r; }
+  GDN_HD int b_col(int hv) const { return block ? hv : (hv / r) * 2 * r + hv % r; }
+  GDN_HD int a_col(int hv) const { return block ? HV + hv : (hv / r) * 2 * r + r + hv % r; }
 };
 
 }  // namespace gdn::rules

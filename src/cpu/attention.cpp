@@ -118,10 +118,10 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
 
 Status gdn_attention(const GdnAttentionArgs& a) {
   rules::ProjLayout L;
-  L.H = a.num_k_heads / a.tp_size;
-  L.HV = a.num_v_heads / a.tp_size;
-  L.K = a.head_k_dim;
-  L.V = a.head_v_dim;
+  L.H = static_cast<int>(a.num_k_heads / a.tp_size);
+  L.HV = static_cast<int>(a.num_v_heads / a.tp_size);
+  L.K = static_cast<int>(a.head_k_dim);
+  L.V = static_cast<int>(a.head_v_dim);
   L.r = L.HV / L.H;
   L.D = 2 * L.H * L.K + L.HV * L.V;
   L.block = a.reorder_input;

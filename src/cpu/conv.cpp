@@ -145,6 +145,10 @@ Status causal_conv1d_update(const CausalConv1dUpdateArgs& a) {
       return;
     }
     const int64_t acc = rules::accepted(load_index1(a.num_accepted_tokens, i), cols);
+    if (!valid(slot_at(i, acc - 1))) {  // the state column a-1 is unusable: the sequence is padding
+      zero_rows(a.y, tr.begin, tr.len, c0, c1);
+      return;
+    }
     if (a.spec_layout == SpecConvLayout::kRolling) {
       // Window = rows acc-1 .. acc+W-3 of the line; afterwards row r (r <= W-3+min(T,cols)) holds
       // input r+1 of (window ++ tokens).
@@ -164,10 +168,6 @@ Status causal_conv1d_update(const CausalConv1dUpdateArgs& a) {
     }
     // Per-token layout: window from slot of column acc-1; after token t, slot of column t.
     const int64_t read_slot = slot_at(i, acc - 1);
-    if (!valid(read_slot)) {
-      zero_rows(a.y, tr.begin, tr.len, c0, c1);
-      return;
-    }
     const auto win = read_window(a.conv_state, read_slot, 0, p.W, c0, c1);
     conv_sequence(p, win, tr.begin, tr.len, c0, c1, [&](int64_t t, int64_t r) -> char* {
       if (t >= cols) return nullptr;

@@ -5,6 +5,8 @@
 // row, walks the sequence's tokens, and writes the rows SPEC.md §3 names — so the in-place update
 // needs no synchronisation. Conv pool rows are raw copies of inputs (bit-exact).
 //   grid = (ceil(D / 128), sequences [+ 1 block row for z]), block = 128
+#include <algorithm>
+
 #include "common/seq_rules.h"
 #include "cuda/conv.h"
 
@@ -13,35 +15,41 @@ namespace {
 
 constexpr int kConvThreads = 128;
 
+// Input of channel `col` (the qkvz column when fused, else the x column) for local token `local`.
 template <typename TAct, bool kFused>
-__device__ __forceinline__ TAct conv_input(const ConvParams& p, const GroupMeta& g, int64_t local, int64_t c) {
+__device__ __forceinline__ TAct conv_input(const ConvParams& p, const GroupMeta& g, int64_t local, int col) {
   if constexpr (kFused) {
     const int64_t r = g.token_indx.present() ? g.token_indx(local) : local;  // validated by the scan
-    return static_cast<const TAct*>(p.src.qkvz)[r * p.src.qkvz_rs + p.src.proj.conv_col(c)];
+    return static_cast<const TAct*>(p.src.qkvz)[r * p.src.qkvz_rs + col];
   } else {
-    return static_cast<const TAct*>(p.src.q)[local * p.src.q_rs + c];
+    return static_cast<const TAct*>(p.src.q)[local * p.src.q_rs + col];
   }
 }
 
+// z[row, hv, :] = its qkvz columns (contiguous in both layouts), rows < num_actual_tokens. One
+// (row, hv) pair per thread group of zThreads lanes, over the block rows past the sequences.
 template <typename TAct>
-__device__ void copy_z(const ConvParams& p) {
+__device__ void copy_z(const ConvParams& p, int64_t zblock, int64_t zblocks) {
   const auto& L = p.src.proj;
-  const int64_t per_row = static_cast<int64_t>(L.HV) * L.V;
-  const int64_t total = p.src.num_actual_tokens * per_row;
   const TAct* x = static_cast<const TAct*>(p.src.qkvz);
   TAct* z = static_cast<TAct*>(p.z);
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = e / per_row, rem = e % per_row, hv = rem / L.V, vi = rem % L.V;
-    z[row * p.z_rs + rem] = x[row * p.src.qkvz_rs + L.z_col(hv, vi)];
+  const int64_t pairs = p.src.num_actual_tokens * L.HV;
+  constexpr int kGroup = 32;  // lanes per (row, hv) pair
+  const int64_t groups = zblocks * (kConvThreads / kGroup);
+  for (int64_t pr = zblock * (kConvThreads / kGroup) + threadIdx.x / kGroup; pr < pairs; pr += groups) {
+    const int64_t row = pr / L.HV;
+    const int hv = static_cast<int>(pr - row * L.HV);
+    const TAct* src = x + row * p.src.qkvz_rs + L.z_col(hv, 0);
+    TAct* dst = z + row * p.z_rs + static_cast<int64_t>(hv) * L.V;
+    for (int vi = threadIdx.x % kGroup; vi < L.V; vi += kGroup) dst[vi] = src[vi];
   }
 }
 
 template <typename TAct, int W, bool kFused>
 __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constant__ ConvParams p) {
   const int64_t nseq = p.group[0].n + p.group[1].n;
-  if (kFused && blockIdx.y == nseq) {
-    copy_z<TAct>(p);
+  if (kFused && blockIdx.y >= nseq) {
+    copy_z<TAct>(p, (blockIdx.y - nseq) * gridDim.x + blockIdx.x, (gridDim.y - nseq) * gridDim.x);
     return;
   }
   const int gi = blockIdx.y < p.n0 ? 0 : 1;
@@ -54,9 +62,10 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
   const int64_t slot0 = g.slots(i, 0);
   const int64_t acc = g.spec ? rules::accepted(g.num_accepted(i), g.cols) : 1;
   const bool per_token = g.spec && p.per_token;
-  const int64_t read_slot = per_token ? g.slots(i, acc - 1) : slot0;
+  const int64_t state_slot = g.spec ? g.slots(i, acc - 1) : slot0;  // column a-1 must be usable
+  const int64_t read_slot = per_token ? state_slot : slot0;
   bool pad = !rules::slot_valid(slot0, cv.num_slots, p.has_null, p.null_id) ||
-             !rules::slot_valid(read_slot, cv.num_slots, p.has_null, p.null_id);
+             !rules::slot_valid(state_slot, cv.num_slots, p.has_null, p.null_id);
   if constexpr (kFused) {  // a token outside the buffer makes its sequence padding
     bool bad = false;
     for (int64_t t = threadIdx.x; t < tr.len; t += kConvThreads) {
@@ -86,11 +95,12 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
   float w[W];
 #pragma unroll
   for (int j = 0; j < W; ++j) w[j] = to_float(static_cast<const TAct*>(cv.weight)[c * cv.weight_rs + j]);
+  const int col = kFused ? p.src.proj.conv_col(static_cast<int>(c)) : static_cast<int>(c);
   const float bias = cv.bias ? to_float(static_cast<const TAct*>(cv.bias)[c]) : 0.f;
   // Fused non-spec sequences only need the last W-1 inputs for the pool.
   const int64_t t0 = (kFused && !g.spec && tr.len > W - 1) ? tr.len - (W - 1) : 0;
   for (int64_t t = t0; t < tr.len; ++t) {
-    const TAct xt = conv_input<TAct, kFused>(p, g, tr.begin + t, c);
+    const TAct xt = conv_input<TAct, kFused>(p, g, tr.begin + t, col);
     if constexpr (!kFused) {
       float a = bias;
 #pragma unroll
@@ -121,8 +131,11 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
 template <typename TAct, bool kFused>
 Status launch_w(const ConvParams& p, cudaStream_t stream) {
   const int64_t nseq = p.group[0].n + p.group[1].n;
-  const dim3 grid(static_cast<unsigned>((p.conv.D + kConvThreads - 1) / kConvThreads),
-                  static_cast<unsigned>(nseq + (kFused ? 1 : 0)));
+  const int64_t gx = (p.conv.D + kConvThreads - 1) / kConvThreads;
+  // Fused: extra block rows copy z, about 8 (row, hv) pairs per 32-lane group.
+  const int64_t z_pairs = kFused ? p.src.num_actual_tokens * p.src.proj.HV : 0;
+  const int64_t z_rows = kFused ? std::min<int64_t>((z_pairs + gx * 32 - 1) / (gx * 32), 1024) : 0;
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(nseq + z_rows));
   if (grid.y == 0) return Status::Ok();
   switch (p.conv.W) {
     case 2: conv_kernel<TAct, 2, kFused><<<grid, kConvThreads, 0, stream>>>(p); break;

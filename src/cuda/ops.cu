@@ -104,7 +104,8 @@ Status supports_chunked(const GatedDeltaRuleArgs& a) {
 }
 Status supports(const GdnAttentionArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gdn_attention", a.head_k_dim));
-  return supports_grid("gdn_attention", a.num_prefills + a.num_decodes + a.num_spec_decodes + 1,
+  // + 1024: the conv kernel's extra block rows for the z copy
+  return supports_grid("gdn_attention", a.num_prefills + a.num_decodes + a.num_spec_decodes + 1024,
                        a.num_v_heads / a.tp_size);
 }
 
@@ -180,10 +181,10 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream) {
 Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
   GDN_RETURN_IF_ERROR(supports(a));
   rules::ProjLayout L;
-  L.H = a.num_k_heads / a.tp_size;
-  L.HV = a.num_v_heads / a.tp_size;
-  L.K = a.head_k_dim;
-  L.V = a.head_v_dim;
+  L.H = static_cast<int>(a.num_k_heads / a.tp_size);
+  L.HV = static_cast<int>(a.num_v_heads / a.tp_size);
+  L.K = static_cast<int>(a.head_k_dim);
+  L.V = static_cast<int>(a.head_v_dim);
   L.r = L.HV / L.H;
   L.D = 2 * L.H * L.K + L.HV * L.V;
   L.block = a.reorder_input;

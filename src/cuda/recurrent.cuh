@@ -22,11 +22,19 @@
 
 namespace gdn::cuda {
 
+// Tuning (bench/sweep.sh): state rows per warp and resident blocks per SM the register budget
+// must allow, for float32 and for 16-bit state. Measured on the H200 (bench/RESULTS.md).
 #ifndef GDN_REC_ROWS_F32
-#define GDN_REC_ROWS_F32 4  // state rows per warp for float32 state (same bytes per thread for 16-bit)
+#define GDN_REC_ROWS_F32 4
 #endif
-#ifndef GDN_REC_MIN_BLOCKS
-#define GDN_REC_MIN_BLOCKS 4  // resident blocks per SM the register budget must allow
+#ifndef GDN_REC_MB_F32
+#define GDN_REC_MB_F32 6
+#endif
+#ifndef GDN_REC_ROWS_16
+#define GDN_REC_ROWS_16 4
+#endif
+#ifndef GDN_REC_MB_16
+#define GDN_REC_MB_16 8
 #endif
 
 constexpr int kWarps = 4;
@@ -34,7 +42,9 @@ constexpr int kRecThreads = kWarps * 32;
 
 template <typename TState>
 struct RecTraits {
-  static constexpr int kRowsPerWarp = GDN_REC_ROWS_F32 * 4 / static_cast<int>(sizeof(TState));
+  static constexpr bool kWide = sizeof(TState) == 4;
+  static constexpr int kRowsPerWarp = kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16;
+  static constexpr int kMinBlocks = kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16;
   static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
 };
 
@@ -124,38 +134,50 @@ __device__ __forceinline__ int64_t global_row(const GroupMeta& g, int64_t j, int
   return (r >= 0 && r < num_rows) ? r : -1;
 }
 
-// Raw input tap idx of (window ++ tokens) for conv channel c, as float (fused path).
-template <typename TAct>
-__device__ __forceinline__ float conv_tap(const RecurrentParams& p, const GroupMeta& g, int64_t begin, int64_t idx,
-                                          int64_t c, int64_t slot0, int64_t win_base, bool init) {
-  const int W1 = p.conv.W - 1;
-  if (idx < W1) {
-    if (!init) return 0.f;
-    const TAct* cs = static_cast<const TAct*>(p.conv.state);
-    return to_float(cs[slot0 * p.conv.slot_stride + (win_base + idx) * p.conv.D + c]);
-  }
-  const int64_t row = global_row(g, begin + idx - W1, p.src.num_actual_tokens);
-  const TAct* x = static_cast<const TAct*>(p.src.qkvz);
-  return to_float(x[row * p.src.qkvz_rs + p.src.proj.conv_col(c)]);
-}
+// Fused conv, per block: the conv channels a block needs (q and k of its key head, v of its rows)
+// with their weights, bias and qkvz column, staged once in shared memory.
+constexpr int kMaxW = 5;
 
 template <typename TAct>
-__device__ __forceinline__ float conv_channel(const RecurrentParams& p, const GroupMeta& g, int64_t begin, int64_t t,
-                                              int64_t c, int64_t slot0, int64_t win_base, bool init) {
-  const TAct* w = static_cast<const TAct*>(p.conv.weight) + c * p.conv.weight_rs;
-  float acc = p.conv.bias ? to_float(static_cast<const TAct*>(p.conv.bias)[c]) : 0.f;
-  for (int j = 0; j < p.conv.W; ++j) acc += to_float(w[j]) * conv_tap<TAct>(p, g, begin, t + j, c, slot0, win_base, init);
+struct ConvChannel {
+  float w[kMaxW];
+  float bias;
+  int ch;   // conv channel, -1 when padding (past K or V)
+  int col;  // qkvz column
+};
+
+// y = act(bias + sum_j w[j] * tap_j), tap_j = input t+j of (window ++ tokens), rounded to TAct.
+template <typename TAct>
+__device__ __forceinline__ float conv_token(const RecurrentParams& p, const GroupMeta& g, const ConvChannel<TAct>& c,
+                                            int64_t begin, int64_t t, int64_t slot0, int64_t win_base, bool init) {
+  const int W1 = p.conv.W - 1;
+  const TAct* cs = static_cast<const TAct*>(p.conv.state) + slot0 * p.conv.slot_stride + c.ch;
+  const TAct* x = static_cast<const TAct*>(p.src.qkvz) + c.col;
+  float acc = c.bias;
+  for (int j = 0; j < p.conv.W; ++j) {
+    const int64_t idx = t + j;
+    float u;
+    if (idx < W1) {
+      u = init ? to_float(cs[(win_base + idx) * p.conv.D]) : 0.f;
+    } else {
+      const int64_t row = global_row(g, begin + idx - W1, p.src.num_actual_tokens);
+      u = to_float(x[row * p.src.qkvz_rs]);
+    }
+    acc += c.w[j] * u;
+  }
   if (p.conv.silu) acc = silu(acc);
   return round_to<TAct>(acc);  // the conv output is stored in the activation dtype
 }
 
 template <typename TAct, typename TState, int EPL, bool kFused, bool kDense>
-__global__ void __launch_bounds__(kRecThreads, GDN_REC_MIN_BLOCKS)
+__global__ void __launch_bounds__(kRecThreads, RecTraits<TState>::kMinBlocks)
     recurrent_kernel(const __grid_constant__ RecurrentParams p) {
   constexpr int KP = EPL * 32;  // K padded to the lanes
   constexpr int R = RecTraits<TState>::kRowsPerWarp;
   constexpr int kRows = RecTraits<TState>::kRows;
   __shared__ float s_q[KP], s_k[KP], s_v[kRows], s_ab[2];
+  constexpr int kCh = kFused ? 2 * KP + kRows : 1;  // fused: [q channels | k channels | v rows]
+  __shared__ ConvChannel<TAct> s_ch[kCh];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int hv = blockIdx.y, h = hv / p.r;
   const int row0 = blockIdx.x * kRows + warp * R;  // this warp's first state row
@@ -197,27 +219,39 @@ __global__ void __launch_bounds__(kRecThreads, GDN_REC_MIN_BLOCKS)
 
   const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
   const int64_t win_base = g.spec ? acc - 1 : 0;  // conv window rows (fused)
+  if constexpr (kFused) {
+    const auto& L = p.src.proj;
+    for (int c = tid; c < kCh; c += kRecThreads) {
+      ConvChannel<TAct> ch;
+      if (c < 2 * KP) {  // q (c < KP) or k channel kc of key head h
+        const int kc = c < KP ? c : c - KP;
+        ch.ch = kc < p.K ? (c < KP ? 0 : L.H * L.K) + h * p.K + kc : -1;
+      } else {
+        const int vi = blockIdx.x * kRows + (c - 2 * KP);
+        ch.ch = vi < p.V ? 2 * L.H * L.K + hv * p.V + vi : -1;
+      }
+      ch.col = ch.ch >= 0 ? L.conv_col(ch.ch) : 0;
+      const TAct* w = static_cast<const TAct*>(p.conv.weight) + static_cast<int64_t>(ch.ch) * p.conv.weight_rs;
+#pragma unroll
+      for (int j = 0; j < kMaxW; ++j) ch.w[j] = (ch.ch >= 0 && j < p.conv.W) ? to_float(w[j]) : 0.f;
+      ch.bias = (ch.ch >= 0 && p.conv.bias) ? to_float(static_cast<const TAct*>(p.conv.bias)[ch.ch]) : 0.f;
+      s_ch[c] = ch;
+    }
+  }
   for (int64_t t = 0; t < tr.len; ++t) {
     const int64_t row = global_row(g, tr.begin + t, out_rows);
     __syncthreads();  // the previous token's shared inputs are consumed
     if constexpr (kFused) {
-      const auto& L = p.src.proj;
-      for (int c = tid; c < 2 * KP; c += kRecThreads) {
-        const int kc = c < KP ? c : c - KP;
-        float y = 0.f;
-        if (kc < p.K) {
-          const int64_t ch = (c < KP ? 0 : L.H * L.K) + static_cast<int64_t>(h) * p.K + kc;
-          y = conv_channel<TAct>(p, g, tr.begin, t, ch, slot0, win_base, init);
-        }
-        (c < KP ? s_q[kc] : s_k[kc]) = y;
-      }
-      if (tid < kRows && blockIdx.x * kRows + tid < p.V) {
-        const int64_t ch = 2 * L.H * L.K + static_cast<int64_t>(hv) * p.V + blockIdx.x * kRows + tid;
-        s_v[tid] = conv_channel<TAct>(p, g, tr.begin, t, ch, slot0, win_base, init);
+      for (int c = tid; c < kCh; c += kRecThreads) {
+        const ConvChannel<TAct>& ch = s_ch[c];
+        const float y = ch.ch >= 0 ? conv_token<TAct>(p, g, ch, tr.begin, t, slot0, win_base, init) : 0.f;
+        if (c < KP) s_q[c] = y;
+        else if (c < 2 * KP) s_k[c - KP] = y;
+        else s_v[c - 2 * KP] = y;
       }
       if (tid < 2) {
         const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
-        s_ab[tid] = to_float(ba[tid == 0 ? L.a_col(hv) : L.b_col(hv)]);
+        s_ab[tid] = to_float(ba[tid == 0 ? p.src.proj.a_col(hv) : p.src.proj.b_col(hv)]);
       }
     } else {
       const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * p.K;
