@@ -5,7 +5,7 @@
 
 #include "cuda/backend.h"
 #include "cuda/conv.h"
-#include "cuda/recurrent.cuh"
+#include "cuda/recurrent.h"
 
 namespace gdn::cuda {
 namespace {
@@ -54,11 +54,21 @@ Status on_device(int device, F fn) {
   return s;
 }
 
+template <typename TAct>
+Status launch_recurrent_state(const RecurrentParams& p, DType state, bool fused, cudaStream_t stream) {
+  switch (state) {
+    case DType::kFloat32: return launch_recurrent<TAct, float>(p, fused, stream);
+    case DType::kBFloat16: return launch_recurrent<TAct, __nv_bfloat16>(p, fused, stream);
+    case DType::kFloat16: return launch_recurrent<TAct, __half>(p, fused, stream);
+    default: return Status::Error(std::string("unsupported SSM state dtype ") + dtype_name(state));
+  }
+}
+
 Status launch_recurrent_any(const RecurrentParams& p, DType act, DType state, bool fused, cudaStream_t stream) {
   switch (act) {
-    case DType::kFloat32: return launch_recurrent_f32(p, state, fused, stream);
-    case DType::kBFloat16: return launch_recurrent_bf16(p, state, fused, stream);
-    case DType::kFloat16: return launch_recurrent_f16(p, state, fused, stream);
+    case DType::kFloat32: return launch_recurrent_state<float>(p, state, fused, stream);
+    case DType::kBFloat16: return launch_recurrent_state<__nv_bfloat16>(p, state, fused, stream);
+    case DType::kFloat16: return launch_recurrent_state<__half>(p, state, fused, stream);
     default: return Status::Error(std::string("unsupported activation dtype ") + dtype_name(act));
   }
 }

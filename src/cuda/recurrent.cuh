@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "common/seq_rules.h"
-#include "cuda/params.h"
+#include "cuda/recurrent.h"
 
 namespace gdn::cuda {
 
@@ -37,7 +37,11 @@ namespace gdn::cuda {
 #define GDN_REC_MB_16 8
 #endif
 
-constexpr int kWarps = 4;
+#ifndef GDN_REC_WARPS
+#define GDN_REC_WARPS 4
+#endif
+
+constexpr int kWarps = GDN_REC_WARPS;
 constexpr int kRecThreads = kWarps * 32;
 
 template <typename TState>
@@ -330,17 +334,11 @@ __global__ void __launch_bounds__(kRecThreads, RecTraits<TState>::kMinBlocks)
       if (row0 + j < p.V) store_row<TState, EPL, kDense>(p, slot0, hv, row0 + j, lane, s[j]);
 }
 
-// Launchers, one per activation dtype (recurrent_<dtype>.cu); state dtype and K dispatched inside.
-Status launch_recurrent_f32(const RecurrentParams& p, DType state, bool fused, cudaStream_t stream);
-Status launch_recurrent_bf16(const RecurrentParams& p, DType state, bool fused, cudaStream_t stream);
-Status launch_recurrent_f16(const RecurrentParams& p, DType state, bool fused, cudaStream_t stream);
-
-template <typename TAct>
-Status launch_recurrent(const RecurrentParams& p, DType state, bool fused, cudaStream_t stream) {
+template <typename TAct, typename TS>
+Status launch_recurrent(const RecurrentParams& p, bool fused, cudaStream_t stream) {
   const int64_t nseq = p.group[0].n + p.group[1].n;
   if (nseq == 0) return Status::Ok();
-  auto go = [&](auto state_tag, auto epl_tag) -> Status {
-    using TS = decltype(state_tag);
+  auto go = [&](auto epl_tag) -> Status {
     constexpr int EPL = decltype(epl_tag)::value;
     constexpr int kRows = RecTraits<TS>::kRows;
     const dim3 grid(static_cast<unsigned>((p.V + kRows - 1) / kRows), static_cast<unsigned>(p.HV),
@@ -357,19 +355,11 @@ Status launch_recurrent(const RecurrentParams& p, DType state, bool fused, cudaS
     GDN_CUDA_CHECK(cudaGetLastError());
     return Status::Ok();
   };
-  auto by_k = [&](auto state_tag) -> Status {
-    if (p.K <= 32) return go(state_tag, std::integral_constant<int, 1>{});
-    if (p.K <= 64) return go(state_tag, std::integral_constant<int, 2>{});
-    if (p.K <= 128) return go(state_tag, std::integral_constant<int, 4>{});
-    if (p.K <= 256) return go(state_tag, std::integral_constant<int, 8>{});
-    return Status::Error("unsupported head_k_dim " + std::to_string(p.K) + " on CUDA: at most 256");
-  };
-  switch (state) {
-    case DType::kFloat32: return by_k(float{});
-    case DType::kBFloat16: return by_k(__nv_bfloat16{});
-    case DType::kFloat16: return by_k(__half{});
-    default: return Status::Error(std::string("unsupported SSM state dtype ") + dtype_name(state));
-  }
+  if (p.K <= 32) return go(std::integral_constant<int, 1>{});
+  if (p.K <= 64) return go(std::integral_constant<int, 2>{});
+  if (p.K <= 128) return go(std::integral_constant<int, 4>{});
+  if (p.K <= 256) return go(std::integral_constant<int, 8>{});
+  return Status::Error("unsupported head_k_dim " + std::to_string(p.K) + " on CUDA: at most 256");
 }
 
 }  // namespace gdn::cuda

@@ -1,0 +1,6 @@
+// Recurrent kernels for float activations and __nv_bfloat16 state (every K, fused or not).
+#include "cuda/recurrent.cuh"
+
+namespace gdn::cuda {
+template Status launch_recurrent<float, __nv_bfloat16>(const RecurrentParams&, bool, cudaStream_t);
+}  // namespace gdn::cuda
