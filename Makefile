@@ -1,5 +1,5 @@
 # make test  — install what is missing (Debian), configure, build, run every test.
-# make demo  — build and run the main job.
+# make demo  — build and run the main job (gdn demo; `gdn replay DIR` replays capture files).
 # make test-python — build the torch extension in $(BUILD) and run python/tests (pytest).
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -18,12 +18,13 @@ build: configure
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	$(MAKE) test-python
 
 # The torch tests use the first python3 that imports torch (a pyenv shim may shadow Debian's);
 # without one they are skipped with a note. Looked up when the recipe runs, after deps.
 test-python: deps
 	@py=$$(for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { command -v $$p; break; }; done); \
-	if [ -z "$$py" ]; then echo "test-python: no python3 that imports torch: python tests skipped"; exit 0; fi; \
+	if [ -z "$$py" ]; then echo "test-python: no python3 imports torch (make deps installs python3-torch)"; exit 1; fi; \
 	set -ex; \
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDN_BUILD_TORCH=ON -DGDN_TORCH_PYTHON=$$py $(CMAKE_FLAGS); \
 	cmake --build $(BUILD) -j $(JOBS) --target gdn_torch gdn_torch_api_harness; \
@@ -31,7 +32,7 @@ test-python: deps
 	  PYTHONPATH=$(CURDIR)/python $$py -m pytest -q -p no:cacheprovider python/tests
 
 demo: build
-	$(BUILD)/bin/gdn replay tests/data/golden
+	$(BUILD)/bin/gdn demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(BUILD)
