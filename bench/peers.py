@@ -95,7 +95,7 @@ def parse_args(argv=None):
     p.add_argument("--peers-dir", default=os.environ.get("GDN_PEERS_DIR", str(ROOT / ".peers")),
                    help="folder made by scripts/fetch_peers.sh (default <repo>/.peers)")
     p.add_argument("--ours-json", help="a `gdn bench` JSON to show beside the peers (rows of op recurrent)")
-    p.add_argument("--max-calls", type=int, default=1024, help="most calls per graph (gdn bench uses 64)")
+    p.add_argument("--max-calls", type=int, default=1024, help="most calls per graph (gdn bench uses up to 1024)")
     p.add_argument("--no-check", action="store_true", help="skip the correctness check against torch")
     p.add_argument("--no-isolate", action="store_true", help="run the peers in this process")
     p.add_argument("--worker-timeout", type=int, default=900, help="seconds per peer subprocess")

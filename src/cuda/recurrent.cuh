@@ -6,7 +6,7 @@
 // Rows of S are independent given k^, q^ and the gates, so a block owns kRows rows of one
 // (sequence, value head) and keeps them in registers for the whole sequence:
 //   grid  = (ceil(V / kRows), HV, sequences of both groups)
-//   block = kWarps warps; warp w owns rows w*kRowsPerWarp ..; lane l holds, for each of its rows,
+//   block = kWarps warps (4 for the recurrent op, 16 fused); warp w owns rows w*kRowsPerWarp ..; lane l holds, for each of its rows,
 //           S[v][l*EPL .. l*EPL+EPL) (K <= 32 EPL; elements past K are zero and never stored)
 // q^ and k^ live once per thread and serve all its rows; dot products are warp reductions.
 // Per token, the block stages the token's raw q, k (K each), its kRows values of v, and a, b in
@@ -28,27 +28,33 @@ namespace gdn::cuda {
 #define GDN_REC_ROWS_F32 4
 #endif
 #ifndef GDN_REC_MB_F32
-#define GDN_REC_MB_F32 6
+#define GDN_REC_MB_F32 8
 #endif
 #ifndef GDN_REC_ROWS_16
 #define GDN_REC_ROWS_16 4
 #endif
 #ifndef GDN_REC_MB_16
-#define GDN_REC_MB_16 8
+#define GDN_REC_MB_16 10
 #endif
 
 #ifndef GDN_REC_WARPS
-#define GDN_REC_WARPS 4
+#define GDN_REC_WARPS 4  // warps per block, recurrent op
+#endif
+#ifndef GDN_FUSED_WARPS
+#define GDN_FUSED_WARPS 16  // warps per block, fused gdn_attention (amortises the per-block conv)
 #endif
 
-constexpr int kWarps = GDN_REC_WARPS;
-constexpr int kRecThreads = kWarps * 32;
-
-template <typename TState>
+template <typename TState, bool kFused>
 struct RecTraits {
   static constexpr bool kWide = sizeof(TState) == 4;
+  static constexpr int kWarps = kFused ? GDN_FUSED_WARPS : GDN_REC_WARPS;
+  static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowsPerWarp = kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16;
-  static constexpr int kMinBlocks = kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16;
+  // The same register budget per thread as the recurrent op's configuration.
+  static constexpr int kMinBlocks =
+      (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16) * GDN_REC_WARPS / kWarps > 0
+          ? (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16) * GDN_REC_WARPS / kWarps
+          : 1;
   static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
 };
 
@@ -174,11 +180,13 @@ __device__ __forceinline__ float conv_token(const RecurrentParams& p, const Grou
 }
 
 template <typename TAct, typename TState, int EPL, bool kFused, bool kDense>
-__global__ void __launch_bounds__(kRecThreads, RecTraits<TState>::kMinBlocks)
+__global__ void __launch_bounds__(RecTraits<TState, kFused>::kThreads, RecTraits<TState, kFused>::kMinBlocks)
     recurrent_kernel(const __grid_constant__ RecurrentParams p) {
   constexpr int KP = EPL * 32;  // K padded to the lanes
-  constexpr int R = RecTraits<TState>::kRowsPerWarp;
-  constexpr int kRows = RecTraits<TState>::kRows;
+  using Tr = RecTraits<TState, kFused>;
+  constexpr int R = Tr::kRowsPerWarp;
+  constexpr int kRows = Tr::kRows;
+  constexpr int kRecThreads = Tr::kThreads;
   __shared__ float s_q[KP], s_k[KP], s_v[kRows], s_ab[2];
   constexpr int kCh = kFused ? 2 * KP + kRows : 1;  // fused: [q channels | k channels | v rows]
   __shared__ ConvChannel<TAct> s_ch[kCh];
@@ -340,18 +348,21 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, cudaStream_t strea
   if (nseq == 0) return Status::Ok();
   auto go = [&](auto epl_tag) -> Status {
     constexpr int EPL = decltype(epl_tag)::value;
-    constexpr int kRows = RecTraits<TS>::kRows;
-    const dim3 grid(static_cast<unsigned>((p.V + kRows - 1) / kRows), static_cast<unsigned>(p.HV),
-                    static_cast<unsigned>(nseq));
     const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == 32 * EPL;
+    auto launch = [&](auto kernel, auto traits) {
+      using Tr = decltype(traits);
+      const dim3 grid(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
+                      static_cast<unsigned>(nseq));
+      kernel<<<grid, Tr::kThreads, 0, stream>>>(p);
+    };
     if (fused && dense)
-      recurrent_kernel<TAct, TS, EPL, true, true><<<grid, kRecThreads, 0, stream>>>(p);
+      launch(recurrent_kernel<TAct, TS, EPL, true, true>, RecTraits<TS, true>{});
     else if (fused)
-      recurrent_kernel<TAct, TS, EPL, true, false><<<grid, kRecThreads, 0, stream>>>(p);
+      launch(recurrent_kernel<TAct, TS, EPL, true, false>, RecTraits<TS, true>{});
     else if (dense)
-      recurrent_kernel<TAct, TS, EPL, false, true><<<grid, kRecThreads, 0, stream>>>(p);
+      launch(recurrent_kernel<TAct, TS, EPL, false, true>, RecTraits<TS, false>{});
     else
-      recurrent_kernel<TAct, TS, EPL, false, false><<<grid, kRecThreads, 0, stream>>>(p);
+      launch(recurrent_kernel<TAct, TS, EPL, false, false>, RecTraits<TS, false>{});
     GDN_CUDA_CHECK(cudaGetLastError());
     return Status::Ok();
   };
