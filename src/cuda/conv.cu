@@ -1,10 +1,10 @@
 // Causal depthwise conv1d on CUDA: varlen prefill, decode and verify (rolling and per-token), and
 // the conv-pool update + z copy that follow the fused gdn_attention recurrence.
 //   y_t[c] = act(bias[c] + sum_{j<W} w[c, j] * u_{t-W+1+j}[c])
-// One thread per (sequence, channel): it reads the window into registers before it writes any
+// One thread per (sequence, channel) — a thread loops over channels when the batch is large: it reads the window into registers before it writes any
 // row, walks the sequence's tokens, and writes the rows SPEC.md §3 names — so the in-place update
 // needs no synchronisation. Conv pool rows are raw copies of inputs (bit-exact).
-//   grid = (ceil(D / 128), sequences [+ 1 block row for z]), block = 128
+//   grid = (<= ceil(D / 128), sequences [+ block rows for z]), block = 128
 #include <algorithm>
 
 #include "common/seq_rules.h"
@@ -57,7 +57,6 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
   const int64_t i = gi ? blockIdx.y - p.n0 : blockIdx.y;
   const auto tr = rules::token_range(g.qsl(i), g.qsl(i + 1), g.limit);
   if (tr.len == 0) return;
-  const int64_t c = blockIdx.x * static_cast<int64_t>(kConvThreads) + threadIdx.x;
   const ConvRef& cv = p.conv;
   const int64_t slot0 = g.slots(i, 0);
   const int64_t acc = g.spec ? rules::accepted(g.num_accepted(i), g.cols) : 1;
@@ -74,64 +73,68 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
     }
     pad = __syncthreads_or(bad) || pad;
   }
-  if (c >= cv.D) return;
-  if (pad) {
-    if constexpr (!kFused)
-      for (int64_t t = 0; t < tr.len; ++t) static_cast<TAct*>(p.y)[(tr.begin + t) * p.y_rs + c] = TAct(0.f);
-    return;
-  }
-  TAct* pool = static_cast<TAct*>(cv.state);
-  auto at = [&](int64_t slot, int64_t row) -> TAct& { return pool[slot * cv.slot_stride + row * cv.D + c]; };
-  // Window: the W-1 inputs before token 0, oldest first.
-  TAct win[W - 1];
   const bool init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
   const int64_t base = (g.spec && !per_token) ? acc - 1 : 0;
-#pragma unroll
-  for (int j = 0; j < W - 1; ++j) win[j] = (init || g.spec) ? at(read_slot, base + j) : TAct(0.f);
-  if (g.spec && !per_token) {  // rolling: rows 0..W-3 <- old rows o+1..o+W-2
-#pragma unroll
-    for (int j = 0; j < W - 2; ++j) at(slot0, j) = win[j + 1];
-  }
-  float w[W];
-#pragma unroll
-  for (int j = 0; j < W; ++j) w[j] = to_float(static_cast<const TAct*>(cv.weight)[c * cv.weight_rs + j]);
-  const int col = kFused ? p.src.proj.conv_col(static_cast<int>(c)) : static_cast<int>(c);
-  const float bias = cv.bias ? to_float(static_cast<const TAct*>(cv.bias)[c]) : 0.f;
   // Fused non-spec sequences only need the last W-1 inputs for the pool.
   const int64_t t0 = (kFused && !g.spec && tr.len > W - 1) ? tr.len - (W - 1) : 0;
-  for (int64_t t = t0; t < tr.len; ++t) {
-    const TAct xt = conv_input<TAct, kFused>(p, g, tr.begin + t, col);
-    if constexpr (!kFused) {
-      float a = bias;
-#pragma unroll
-      for (int j = 0; j < W - 1; ++j) a += w[j] * to_float(win[j]);
-      a += w[W - 1] * to_float(xt);
-      if (cv.silu) a = silu(a);
-      static_cast<TAct*>(p.y)[(tr.begin + t) * p.y_rs + c] = from_float<TAct>(a);
+  TAct* pool = static_cast<TAct*>(cv.state);
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(kConvThreads) + threadIdx.x; c < cv.D;
+       c += static_cast<int64_t>(gridDim.x) * kConvThreads) {
+    if (pad) {
+      if constexpr (!kFused)
+        for (int64_t t = 0; t < tr.len; ++t) static_cast<TAct*>(p.y)[(tr.begin + t) * p.y_rs + c] = TAct(0.f);
+      continue;
     }
+    auto at = [&](int64_t slot, int64_t row) -> TAct& { return pool[slot * cv.slot_stride + row * cv.D + c]; };
+    // Window: the W-1 inputs before token 0, oldest first.
+    TAct win[W - 1];
 #pragma unroll
-    for (int j = 0; j < W - 2; ++j) win[j] = win[j + 1];
-    win[W - 2] = xt;
-    if (g.spec && t < g.cols) {
-      if (!per_token) {
-        at(slot0, W - 2 + t) = xt;  // rolling: row W-2+t <- u_t
-      } else {
-        const int64_t s = g.slots(i, t);
-        if (rules::slot_valid(s, cv.num_slots, p.has_null, p.null_id))
+    for (int j = 0; j < W - 1; ++j) win[j] = (init || g.spec) ? at(read_slot, base + j) : TAct(0.f);
+    if (g.spec && !per_token) {  // rolling: rows 0..W-3 <- old rows o+1..o+W-2
 #pragma unroll
-          for (int j = 0; j < W - 1; ++j) at(s, j) = win[j];
+      for (int j = 0; j < W - 2; ++j) at(slot0, j) = win[j + 1];
+    }
+    float w[W];
+#pragma unroll
+    for (int j = 0; j < W; ++j) w[j] = to_float(static_cast<const TAct*>(cv.weight)[c * cv.weight_rs + j]);
+    const int col = kFused ? p.src.proj.conv_col(static_cast<int>(c)) : static_cast<int>(c);
+    const float bias = cv.bias ? to_float(static_cast<const TAct*>(cv.bias)[c]) : 0.f;
+    for (int64_t t = t0; t < tr.len; ++t) {
+      const TAct xt = conv_input<TAct, kFused>(p, g, tr.begin + t, col);
+      if constexpr (!kFused) {
+        float a = bias;
+#pragma unroll
+        for (int j = 0; j < W - 1; ++j) a += w[j] * to_float(win[j]);
+        a += w[W - 1] * to_float(xt);
+        if (cv.silu) a = silu(a);
+        static_cast<TAct*>(p.y)[(tr.begin + t) * p.y_rs + c] = from_float<TAct>(a);
+      }
+#pragma unroll
+      for (int j = 0; j < W - 2; ++j) win[j] = win[j + 1];
+      win[W - 2] = xt;
+      if (g.spec && t < g.cols) {
+        if (!per_token) {
+          at(slot0, W - 2 + t) = xt;  // rolling: row W-2+t <- u_t
+        } else {
+          const int64_t s = g.slots(i, t);
+          if (rules::slot_valid(s, cv.num_slots, p.has_null, p.null_id))
+#pragma unroll
+            for (int j = 0; j < W - 1; ++j) at(s, j) = win[j];
+        }
       }
     }
-  }
-  if (!g.spec)
+    if (!g.spec)
 #pragma unroll
-    for (int j = 0; j < W - 1; ++j) at(slot0, j) = win[j];
+      for (int j = 0; j < W - 1; ++j) at(slot0, j) = win[j];
+  }
 }
 
 template <typename TAct, bool kFused>
 Status launch_w(const ConvParams& p, cudaStream_t stream) {
   const int64_t nseq = p.group[0].n + p.group[1].n;
-  const int64_t gx = (p.conv.D + kConvThreads - 1) / kConvThreads;
+  // About one wave of blocks: many sequences share a block row's channels (a thread loops over them).
+  const int64_t gx_full = (p.conv.D + kConvThreads - 1) / kConvThreads;
+  const int64_t gx = std::clamp<int64_t>((2048 + nseq - 1) / std::max<int64_t>(nseq, 1), 1, gx_full);
   // Fused: extra block rows copy z, about 8 (row, hv) pairs per 32-lane group.
   const int64_t z_pairs = kFused ? p.src.num_actual_tokens * p.src.proj.HV : 0;
   const int64_t z_rows = kFused ? std::min<int64_t>((z_pairs + gx * 32 - 1) / (gx * 32), 1024) : 0;
