@@ -6,7 +6,7 @@
 // Rows of S are independent given k^, q^ and the gates, so a block owns kRows rows of one
 // (sequence, value head) and keeps them in registers for the whole sequence:
 //   grid  = (ceil(V / kRows), HV, sequences of both groups)
-//   block = kWarps warps (4 for the recurrent op, 16 fused); warp w owns rows w*kRowsPerWarp ..; lane l holds, for each of its rows,
+//   block = kWarps warps (RecTraits: by state dtype; 16 fused); warp w owns rows w*kRowsPerWarp ..; lane l holds, for each of its rows,
 //           S[v][l*EPL .. l*EPL+EPL) (K <= 32 EPL; elements past K are zero and never stored)
 // q^ and k^ live once per thread and serve all its rows; dot products are warp reductions.
 // Per token, the block stages the token's raw q, k (K each), its kRows values of v, and a, b in
@@ -22,13 +22,21 @@
 
 namespace gdn::cuda {
 
-// Tuning (bench/sweep.sh): state rows per warp and resident blocks per SM the register budget
-// must allow, for float32 and for 16-bit state. Measured on the H200 (bench/RESULTS.md).
+// Tuning (bench/sweep.sh, H200, see bench/RESULTS.md): warps per block, state rows per warp and
+// resident blocks per SM the register budget must allow, for float32 and for 16-bit state.
+// float32: one-warp blocks of 8 rows (128 B of state in flight per thread, 32 blocks per SM);
+// 16-bit: four-warp blocks of 4 rows per warp.
+#ifndef GDN_REC_WARPS_F32
+#define GDN_REC_WARPS_F32 1
+#endif
 #ifndef GDN_REC_ROWS_F32
-#define GDN_REC_ROWS_F32 4
+#define GDN_REC_ROWS_F32 8
 #endif
 #ifndef GDN_REC_MB_F32
-#define GDN_REC_MB_F32 8
+#define GDN_REC_MB_F32 32
+#endif
+#ifndef GDN_REC_WARPS_16
+#define GDN_REC_WARPS_16 4
 #endif
 #ifndef GDN_REC_ROWS_16
 #define GDN_REC_ROWS_16 4
@@ -36,25 +44,23 @@ namespace gdn::cuda {
 #ifndef GDN_REC_MB_16
 #define GDN_REC_MB_16 10
 #endif
-
-#ifndef GDN_REC_WARPS
-#define GDN_REC_WARPS 4  // warps per block, recurrent op
-#endif
 #ifndef GDN_FUSED_WARPS
 #define GDN_FUSED_WARPS 16  // warps per block, fused gdn_attention (amortises the per-block conv)
+#endif
+#ifndef GDN_FUSED_ROWS
+#define GDN_FUSED_ROWS 4
+#endif
+#ifndef GDN_FUSED_MB
+#define GDN_FUSED_MB 2
 #endif
 
 template <typename TState, bool kFused>
 struct RecTraits {
   static constexpr bool kWide = sizeof(TState) == 4;
-  static constexpr int kWarps = kFused ? GDN_FUSED_WARPS : GDN_REC_WARPS;
+  static constexpr int kWarps = kFused ? GDN_FUSED_WARPS : (kWide ? GDN_REC_WARPS_F32 : GDN_REC_WARPS_16);
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kRowsPerWarp = kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16;
-  // The same register budget per thread as the recurrent op's configuration.
-  static constexpr int kMinBlocks =
-      (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16) * GDN_REC_WARPS / kWarps > 0
-          ? (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16) * GDN_REC_WARPS / kWarps
-          : 1;
+  static constexpr int kRowsPerWarp = kFused ? GDN_FUSED_ROWS : (kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16);
+  static constexpr int kMinBlocks = kFused ? GDN_FUSED_MB : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
   static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
 };
 
