@@ -192,12 +192,18 @@ std::vector<Mutation> mutations() {
                  h.slots[0][2] = h.num_slots + 3;  // sequence 0: T = 3, a = 2
                  c.slots[0][2] = -1;
                }});
-  // Rolling conv reads only column 0's slot; whether an invalid column a-1 also pads the rolling
-  // conv primitive is not settled (gdn_attention: see test_prop_hostile_attention.cpp).
-  m.push_back({"verify column a-1 past the pool (padding)", true, false, false, [](HCase& h, HCase& c) {
+  // The rolling conv reads only column 0's slot, but by the lead's decision an invalid column a-1
+  // makes the sequence padding there too (zero y, no pool write), as in per_token and gdn_attention.
+  m.push_back({"verify column a-1 past the pool (padding)", true, false, true, [](HCase& h, HCase& c) {
                  h.slots[0][1] = h.num_slots;  // sequence 0: a = 2
                  for (auto& s : c.slots[0]) s = -1;
                }});
+  m.push_back({"verify column a-1 negative (padding)", true, false, true,
+               [](HCase& h, HCase& c) {
+                 h.slots[2][2] = -1;  // sequence 2: a = 3; columns 0 and 1 stay valid
+                 for (auto& s : c.slots[2]) s = -1;
+               },
+               Meta::kOk});
   m.push_back({"num_accepted_tokens = 0", true, false, true, [](HCase& h, HCase& c) {
                  h.nacc[1] = 0;
                  c.nacc[1] = 1;
