@@ -34,7 +34,7 @@ def layer_core(conv_state, ssm_state, rows, layer, meta):
     H = layer["num_v_heads"] // layer["tp_size"]
     qkvz = layer["projected_states_qkvz"]
     core_attn_out = torch.zeros((rows, H, layer["head_v_dim"]), dtype=qkvz.dtype, device=qkvz.device)
-    z = torch.empty_like(core_attn_out)
+    z = torch.zeros_like(core_attn_out)  # rows >= num_actual_tokens are never written: start them equal
     gdn_kernels.gdn_attention(core_attn_out, z, qkvz, layer["projected_states_ba"], layer["num_k_heads"],
                               layer["num_v_heads"], layer["head_k_dim"], layer["head_v_dim"], conv_state, ssm_state,
                               layer["conv_weights"], layer["conv_bias"], layer["activation"], layer["A_log"],
