@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/seq_rules.h"
+#include "gdn/ops.h"
 
 namespace gdn::rules {
 
@@ -32,5 +33,18 @@ struct ProjLayout {
   GDN_HD int b_col(int hv) const { return block ? hv : (hv / r) * 2 * r + hv % r; }
   GDN_HD int a_col(int hv) const { return block ? HV + hv : (hv / r) * 2 * r + r + hv % r; }
 };
+
+// The per-rank layout of a gdn_attention call (head counts are global in its arguments).
+inline ProjLayout proj_layout(const GdnAttentionArgs& a) {
+  ProjLayout L;
+  L.H = static_cast<int>(a.num_k_heads / a.tp_size);
+  L.HV = static_cast<int>(a.num_v_heads / a.tp_size);
+  L.K = static_cast<int>(a.head_k_dim);
+  L.V = static_cast<int>(a.head_v_dim);
+  L.r = L.HV / L.H;
+  L.D = 2 * L.H * L.K + L.HV * L.V;
+  L.block = a.reorder_input;
+  return L;
+}
 
 }  // namespace gdn::rules

@@ -117,14 +117,7 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
 }  // namespace
 
 Status gdn_attention(const GdnAttentionArgs& a) {
-  rules::ProjLayout L;
-  L.H = static_cast<int>(a.num_k_heads / a.tp_size);
-  L.HV = static_cast<int>(a.num_v_heads / a.tp_size);
-  L.K = static_cast<int>(a.head_k_dim);
-  L.V = static_cast<int>(a.head_v_dim);
-  L.r = L.HV / L.H;
-  L.D = 2 * L.H * L.K + L.HV * L.V;
-  L.block = a.reorder_input;
+  const rules::ProjLayout L = rules::proj_layout(a);
   // z: a copy of its projection columns for every row below num_actual_tokens.
   const int64_t es = static_cast<int64_t>(dtype_size(a.z.dtype));
   const char* qkvz = static_cast<const char*>(a.projected_states_qkvz.data);

@@ -52,7 +52,7 @@ inline IndexRef index_ref(const TensorView& v) {
   IndexRef r;
   if (!v.present()) return r;
   r.ptr = v.data;
-  r.row_stride = v.ndim == 2 ? v.stride[0] : v.stride[0];
+  r.row_stride = v.stride[0];  // [n]: element i at i * stride; [n, cols]: row i at i * stride
   r.is64 = v.dtype == DType::kInt64;
   return r;
 }

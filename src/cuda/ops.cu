@@ -119,35 +119,35 @@ Status supports(const GdnAttentionArgs& a) {
                        a.num_v_heads / a.tp_size);
 }
 
-Status causal_conv1d_fwd(const CausalConv1dFwdArgs& a, void* stream) {
-  GDN_RETURN_IF_ERROR(supports(a));
+// The primitive conv ops: one group, x in src.q, y written.
+template <typename Args>
+Status run_primitive_conv(const Args& a, const GroupMeta& g, bool per_token, void* stream) {
   ConvParams p;
-  p.group[0] = group_meta(a.query_start_loc, a.state_indices, TensorView{}, a.has_initial_state, TensorView{}, a.x.shape[0]);
-  p.n0 = p.group[0].n;
+  p.group[0] = g;
+  p.n0 = g.n;
   p.src.q = a.x.data;
   p.src.q_rs = a.x.stride[0];
   p.conv = conv_ref(a.conv_state, a.weight, a.bias, a.activation);
   p.y = a.y.data;
   p.y_rs = a.y.stride[0];
+  p.per_token = per_token;
   p.has_null = a.null_block_id.has_value();
   p.null_id = a.null_block_id.value_or(0);
   return on_device(a.x.device_index, [&] { return launch_conv(p, a.x.dtype, false, static_cast<cudaStream_t>(stream)); });
 }
 
+Status causal_conv1d_fwd(const CausalConv1dFwdArgs& a, void* stream) {
+  GDN_RETURN_IF_ERROR(supports(a));
+  return run_primitive_conv(a, group_meta(a.query_start_loc, a.state_indices, TensorView{}, a.has_initial_state,
+                                          TensorView{}, a.x.shape[0]),
+                            false, stream);
+}
+
 Status causal_conv1d_update(const CausalConv1dUpdateArgs& a, void* stream) {
   GDN_RETURN_IF_ERROR(supports(a));
-  ConvParams p;
-  p.group[0] = group_meta(a.query_start_loc, a.state_indices, a.num_accepted_tokens, TensorView{}, TensorView{}, a.x.shape[0]);
-  p.n0 = p.group[0].n;
-  p.src.q = a.x.data;
-  p.src.q_rs = a.x.stride[0];
-  p.conv = conv_ref(a.conv_state, a.weight, a.bias, a.activation);
-  p.y = a.y.data;
-  p.y_rs = a.y.stride[0];
-  p.per_token = a.spec_layout == SpecConvLayout::kPerToken;
-  p.has_null = a.null_block_id.has_value();
-  p.null_id = a.null_block_id.value_or(0);
-  return on_device(a.x.device_index, [&] { return launch_conv(p, a.x.dtype, false, static_cast<cudaStream_t>(stream)); });
+  return run_primitive_conv(a, group_meta(a.query_start_loc, a.state_indices, a.num_accepted_tokens, TensorView{},
+                                          TensorView{}, a.x.shape[0]),
+                            a.spec_layout == SpecConvLayout::kPerToken, stream);
 }
 
 Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream) {
@@ -190,14 +190,7 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream) {
 // reading the conv pool; (2) the conv pool update and the z copy.
 Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
   GDN_RETURN_IF_ERROR(supports(a));
-  rules::ProjLayout L;
-  L.H = static_cast<int>(a.num_k_heads / a.tp_size);
-  L.HV = static_cast<int>(a.num_v_heads / a.tp_size);
-  L.K = static_cast<int>(a.head_k_dim);
-  L.V = static_cast<int>(a.head_v_dim);
-  L.r = L.HV / L.H;
-  L.D = 2 * L.H * L.K + L.HV * L.V;
-  L.block = a.reorder_input;
+  const rules::ProjLayout L = rules::proj_layout(a);
   const int64_t n_ns = a.num_prefills + a.num_decodes, n_sp = a.num_spec_decodes;
   auto limit = [&](const TensorView& indx) { return indx.present() ? indx.shape[0] : a.num_actual_tokens; };
   GroupMeta g0 = group_meta(a.non_spec_query_start_loc, a.non_spec_state_indices_tensor, TensorView{},
