@@ -6,8 +6,9 @@
 // Rows of S are independent given k^, q^ and the gates, so a block owns kRows rows of one
 // (sequence, value head) and keeps them in registers for the whole sequence:
 //   grid  = (ceil(V / kRows), HV, sequences of both groups)
-//   block = kWarps warps (RecTraits: by state dtype; 16 fused); warp w owns rows w*kRowsPerWarp ..; lane l holds, for each of its rows,
-//           S[v][l*EPL .. l*EPL+EPL) (K <= 32 EPL; elements past K are zero and never stored)
+//   block = kWarps warps (RecTraits: by state dtype; 16 fused); warp w owns rows w*kRowsPerWarp ..;
+//           lane l holds, for each of its rows, S[v][l*EPL .. l*EPL+EPL) (K <= 32 EPL; elements
+//           past K are zero and never stored)
 // q^ and k^ live once per thread and serve all its rows; dot products are warp reductions.
 // Per token, the block stages the token's raw q, k (K each), its kRows values of v, and a, b in
 // shared memory (fused: computing the causal conv of the projections on the fly, reading the conv
@@ -62,6 +63,8 @@ struct RecTraits {
   static constexpr int kRowsPerWarp = kFused ? GDN_FUSED_ROWS : (kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16);
   static constexpr int kMinBlocks = kFused ? GDN_FUSED_MB : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
   static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
+  static_assert(kThreads <= 1024 && kThreads % 32 == 0, "a block is whole warps, at most 1024 threads");
+  static_assert(kRowsPerWarp >= 1 && kRowsPerWarp <= 32, "the row a lane stores o for is lane < rows per warp");
 };
 
 __device__ __forceinline__ float warp_sum(float x) {
