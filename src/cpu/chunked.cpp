@@ -96,8 +96,7 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a) {
   const int64_t n = a.state_indices.shape[0];
   parallel_for(n * s.HV, [&](int64_t item) {
     const int64_t i = item / s.HV, hv = item % s.HV;
-    const auto tr = rules::token_range(load_index1(a.query_start_loc, i), load_index1(a.query_start_loc, i + 1),
-                                       a.q.shape[0]);
+    const auto tr = sequence_tokens(a.query_start_loc, i, a.q.shape[0]);
     if (tr.len == 0) return;
     const int64_t slot = slot_of(a, i, 0);
     if (!rules::slot_valid(slot, s.num_slots, s.has_null, s.null_id)) {

@@ -27,6 +27,12 @@ struct ConvCommon {
 };
 
 // Pointer to element [slot, row, c] of the conv pool.
+template <typename Args>
+ConvCommon conv_common(const Args& a) {
+  return ConvCommon{&a.x, &a.weight, &a.bias, &a.conv_state, &a.y, a.x.shape[1], a.weight.shape[1],
+                    a.activation == Activation::kSilu};
+}
+
 inline char* pool_at(const TensorView& pool, int64_t slot, int64_t row, int64_t c) {
   int64_t off = slot * pool.stride[0] + row * pool.shape[2] + c;
   return static_cast<char*>(pool.data) + off * static_cast<int64_t>(dtype_size(pool.dtype));
@@ -87,8 +93,7 @@ std::vector<char> read_window(const TensorView& pool, int64_t slot, int64_t r0, 
 }  // namespace
 
 Status causal_conv1d_fwd(const CausalConv1dFwdArgs& a) {
-  const ConvCommon p{&a.x, &a.weight, &a.bias, &a.conv_state, &a.y, a.x.shape[1], a.weight.shape[1],
-                     a.activation == Activation::kSilu};
+  const ConvCommon p = conv_common(a);
   const int64_t n = a.state_indices.shape[0], num_slots = a.conv_state.shape[0];
   const int64_t nblocks = (p.D + kChannelBlock - 1) / kChannelBlock;
   const bool has_null = a.null_block_id.has_value();
@@ -96,8 +101,7 @@ Status causal_conv1d_fwd(const CausalConv1dFwdArgs& a) {
   parallel_for(n * nblocks, [&](int64_t item) {
     const int64_t i = item / nblocks, c0 = (item % nblocks) * kChannelBlock;
     const int64_t c1 = std::min(p.D, c0 + kChannelBlock);
-    const auto tr = rules::token_range(load_index1(a.query_start_loc, i), load_index1(a.query_start_loc, i + 1),
-                                       a.x.shape[0]);
+    const auto tr = sequence_tokens(a.query_start_loc, i, a.x.shape[0]);
     if (tr.len == 0) return;
     const int64_t slot = load_index1(a.state_indices, i);
     if (!rules::slot_valid(slot, num_slots, has_null, null_id)) {
@@ -114,8 +118,7 @@ Status causal_conv1d_fwd(const CausalConv1dFwdArgs& a) {
 }
 
 Status causal_conv1d_update(const CausalConv1dUpdateArgs& a) {
-  const ConvCommon p{&a.x, &a.weight, &a.bias, &a.conv_state, &a.y, a.x.shape[1], a.weight.shape[1],
-                     a.activation == Activation::kSilu};
+  const ConvCommon p = conv_common(a);
   const bool spec = a.num_accepted_tokens.present();
   const int64_t n = a.state_indices.shape[0], num_slots = a.conv_state.shape[0];
   const int64_t cols = a.state_indices.ndim == 2 ? a.state_indices.shape[1] : 1;
@@ -129,8 +132,7 @@ Status causal_conv1d_update(const CausalConv1dUpdateArgs& a) {
   parallel_for(n * nblocks, [&](int64_t item) {
     const int64_t i = item / nblocks, c0 = (item % nblocks) * kChannelBlock;
     const int64_t c1 = std::min(p.D, c0 + kChannelBlock);
-    const auto tr = rules::token_range(load_index1(a.query_start_loc, i), load_index1(a.query_start_loc, i + 1),
-                                       a.x.shape[0]);
+    const auto tr = sequence_tokens(a.query_start_loc, i, a.x.shape[0]);
     if (tr.len == 0) return;
     const int64_t slot0 = slot_at(i, 0);
     if (!valid(slot0)) {

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/seq_rules.h"
 #include "gdn/tensor.h"
 
 namespace gdn::cpu {
@@ -103,6 +104,11 @@ inline bool load_bool(const TensorView& v, int64_t i, bool absent_value) {
 }
 inline int64_t load_index1(const TensorView& v, int64_t i) {
   return load_index(v, i * v.stride[0]);
+}
+
+// Tokens of sequence i: [qsl[i], qsl[i+1]) clamped into [0, limit] (SPEC.md §3).
+inline rules::TokenRange sequence_tokens(const TensorView& qsl, int64_t i, int64_t limit) {
+  return rules::token_range(load_index1(qsl, i), load_index1(qsl, i + 1), limit);
 }
 
 inline float silu(float x) { return x / (1.f + std::exp(-x)); }

@@ -15,8 +15,7 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a) {
   auto valid = [&](int64_t slot) { return rules::slot_valid(slot, s.num_slots, s.has_null, s.null_id); };
   parallel_for(n * s.HV, [&](int64_t item) {
     const int64_t i = item / s.HV, hv = item % s.HV;
-    const auto tr = rules::token_range(load_index1(a.query_start_loc, i), load_index1(a.query_start_loc, i + 1),
-                                       a.q.shape[0]);
+    const auto tr = sequence_tokens(a.query_start_loc, i, a.q.shape[0]);
     if (tr.len == 0) return;
     const int64_t slot0 = slot_of(a, i, 0);
     const int64_t acc = s.spec ? rules::accepted(load_index1(a.num_accepted_tokens, i), s.cols) : 1;
