@@ -4,8 +4,16 @@
 //     equal their CPU references.
 //   CudaDeterminism.ByteIdenticalAcrossRuns: the same call from identical device inputs, 3 times:
 //     core_attn_out, z, conv_state and ssm_state identical byte for byte (SPEC.md §6).
+//   CudaFusedLaunches.OneAndTwoLaunchesAgree: gdn_attention as one launch (thread-block clusters
+//     of the blocks of one (sequence, key head), sm_90) and as two (GDN_CUDA_FUSED_LAUNCHES=2):
+//     byte-identical outputs and pools, both equal to the CPU; a captured graph holds 1 kernel node
+//     where the cluster fits (<= 8 blocks, sm_90; 16 when the card allows) and 2 when forced, for
+//     cluster sizes 4..16 and one too large for a cluster (falls back to two launches).
 // Tolerances as in test_cuda_graph.cpp (same float32 math, other summation order: 1e-5 for float32
 // activations and state, 1e-2 when either is 16-bit; copies of input bits exact).
+#include <cstdlib>
+#include <string>
+
 #include "cuda_device.h"
 #include "prop_attention.h"
 
@@ -120,6 +128,102 @@ INSTANTIATE_TEST_SUITE_P(Cuda, CudaDeterminism,
                                            DetParam{DType::kBFloat16, DType::kBFloat16, 64, 64},
                                            DetParam{DType::kFloat32, DType::kFloat32, 64, 32}),
                          [](const ::testing::TestParamInfo<DetParam>& i) { return param_str(i.param); });
+
+// ---- test (d): one launch and two launches of the fused step agree ----
+
+struct LaunchParam {
+  DType act, ssm;
+  int64_t H, HV, K, V;
+  int nodes_one;  // kernel nodes expected by default on sm_90: 1, 2 (no cluster fits) or 0 (1 or 2:
+                  // a non-portable cluster size, used when the card's GPCs can hold it)
+};
+std::string param_str(const LaunchParam& p) {
+  return std::string("act") + dtype_short(p.act) + "_ssm" + dtype_short(p.ssm) + "_H" + std::to_string(p.H) + "_HV" +
+         std::to_string(p.HV) + "_K" + std::to_string(p.K) + "_V" + std::to_string(p.V);
+}
+void PrintTo(const LaunchParam& p, std::ostream* os) { *os << param_str(p); }
+
+// Sets an environment variable for the scope, restoring the previous value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+class CudaFusedLaunches : public ::testing::TestWithParam<LaunchParam> {};
+
+TEST_P(CudaFusedLaunches, OneAndTwoLaunchesAgree) {
+  GRAPH_SKIP_WITHOUT_GPU();
+  const LaunchParam& prm = GetParam();
+  Rng r(9500 + prm.HV * 7 + prm.V);
+  AttnProblem p;
+  p.act = prm.act; p.ssm_dtype = prm.ssm; p.H = prm.H; p.HV = prm.HV; p.K = prm.K; p.V = prm.V; p.cols = 4;
+  MixOptions m;
+  m.max_prefill = 40;
+  m.permute_rows = true;
+  make_mixed_batch(p, r, m);
+  fill_attention_data(p, r);
+  SCOPED_TRACE(describe(p));
+  Buf core, z;
+  make_outputs(p, &core, &z, 0);
+  int dev = 0, major = 0;
+  ASSERT_EQ(cudaSuccess, cudaGetDevice(&dev));
+  ASSERT_EQ(cudaSuccess, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  AttnOut out[2];
+  for (int mode = 0; mode < 2; ++mode) {  // 0: default (one launch where possible), 1: two launches
+    SCOPED_TRACE(mode == 0 ? "default" : "GDN_CUDA_FUSED_LAUNCHES=2");
+    ScopedEnv env("GDN_CUDA_FUSED_LAUNCHES", mode == 0 ? nullptr : "2");
+    DeviceBufs d;
+    Stream st;
+    ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
+    ASSERT_EQ(cudaSuccess, upload_attention(d, p, core, z));
+    const GdnAttentionArgs args = device_attention_args(d, p, core, z);
+    Graph g;
+    capture(st.s, g, [&](cudaStream_t s) { return gdn::gdn_attention(args, s); });
+    size_t nodes = 0;
+    ASSERT_EQ(cudaSuccess, cudaGraphGetNodes(g.graph, nullptr, &nodes));
+    if (mode == 1 || major < 9 || prm.nodes_one != 0) {
+      const size_t want = mode == 1 ? 2u : (major >= 9 ? static_cast<size_t>(prm.nodes_one) : 2u);
+      EXPECT_EQ(nodes, want) << "kernel launches of one gdn_attention call";
+    } else {
+      EXPECT_TRUE(nodes == 1u || nodes == 2u) << nodes << " kernel launches of one gdn_attention call";
+    }
+    ASSERT_EQ(cudaSuccess, cudaGraphLaunch(g.exec, st.s));
+    ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
+    ASSERT_EQ(cudaSuccess, cudaGetLastError());
+    ASSERT_EQ(cudaSuccess, download_attention(d, p, core, z, &out[mode]));
+  }
+  AttnOut ref;
+  PROP_ASSERT_OK(cpu_attention(p, core, z, &ref));
+  expect_attention_match(p, out[0], ref, core, z, tol_of(p.act, p.ssm_dtype));
+  EXPECT_TRUE(out[0].core.same_bytes(out[1].core)) << "core_attn_out: " << byte_diff(out[0].core, out[1].core);
+  EXPECT_TRUE(out[0].z.same_bytes(out[1].z)) << "z: " << byte_diff(out[0].z, out[1].z);
+  EXPECT_TRUE(out[0].conv.same_bytes(out[1].conv)) << "conv_state: " << byte_diff(out[0].conv, out[1].conv);
+  EXPECT_TRUE(out[0].ssm.same_bytes(out[1].ssm)) << "ssm_state: " << byte_diff(out[0].ssm, out[1].ssm);
+}
+
+// Cluster = (ceil(V / rows per block), HV / H) blocks; rows per fused block: 64 (float32 state)
+// or 64 (16-bit state: 16 warps x 2 rows x 2 lane groups) at the default tuning.
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, CudaFusedLaunches,
+    ::testing::Values(LaunchParam{DType::kBFloat16, DType::kFloat32, 2, 4, 128, 128, 1},   // cluster 2 x 2
+                      LaunchParam{DType::kBFloat16, DType::kBFloat16, 1, 3, 64, 64, 1},    // 1 x 3
+                      LaunchParam{DType::kFloat32, DType::kFloat32, 1, 4, 32, 200, 0},     // 4 x 4 (non-portable)
+                      LaunchParam{DType::kFloat16, DType::kFloat16, 1, 8, 32, 200, 2}),    // 4 x 8: too large
+    [](const ::testing::TestParamInfo<LaunchParam>& i) { return param_str(i.param); });
 
 }  // namespace
 }  // namespace gdn::prop

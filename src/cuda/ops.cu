@@ -2,6 +2,8 @@
 // launch on the caller's stream. One function per op; kernels in conv.cu and recurrent_*.cu.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/backend.h"
 #include "cuda/conv.h"
@@ -43,6 +45,12 @@ ConvRef conv_ref(const TensorView& state, const TensorView& weight, const Tensor
   return c;
 }
 
+// GDN_CUDA_FUSED_LAUNCHES=2 forces gdn_attention's two-launch form (tests compare both; benchmarks).
+bool two_launches_forced() {
+  const char* e = std::getenv("GDN_CUDA_FUSED_LAUNCHES");
+  return e != nullptr && std::string(e) == "2";
+}
+
 // Runs fn with the tensors' device current, restoring the caller's afterwards.
 template <typename F>
 Status on_device(int device, F fn) {
@@ -54,21 +62,25 @@ Status on_device(int device, F fn) {
   return s;
 }
 
+// fused: gdn_attention's step; *one_launch: the conv pool and z were done by the same launch.
 template <typename TAct>
-Status launch_recurrent_state(const RecurrentParams& p, DType state, bool fused, cudaStream_t stream) {
+Status launch_recurrent_state(const RecurrentParams& p, DType state, bool fused, cudaStream_t stream,
+                              bool* one_launch) {
+  const bool allow = fused && !two_launches_forced();
   switch (state) {
-    case DType::kFloat32: return launch_recurrent<TAct, float>(p, fused, stream);
-    case DType::kBFloat16: return launch_recurrent<TAct, __nv_bfloat16>(p, fused, stream);
-    case DType::kFloat16: return launch_recurrent<TAct, __half>(p, fused, stream);
+    case DType::kFloat32: return launch_recurrent<TAct, float>(p, fused, allow, stream, one_launch);
+    case DType::kBFloat16: return launch_recurrent<TAct, __nv_bfloat16>(p, fused, allow, stream, one_launch);
+    case DType::kFloat16: return launch_recurrent<TAct, __half>(p, fused, allow, stream, one_launch);
     default: return Status::Error(std::string("unsupported SSM state dtype ") + dtype_name(state));
   }
 }
 
-Status launch_recurrent_any(const RecurrentParams& p, DType act, DType state, bool fused, cudaStream_t stream) {
+Status launch_recurrent_any(const RecurrentParams& p, DType act, DType state, bool fused, cudaStream_t stream,
+                            bool* one_launch) {
   switch (act) {
-    case DType::kFloat32: return launch_recurrent_state<float>(p, state, fused, stream);
-    case DType::kBFloat16: return launch_recurrent_state<__nv_bfloat16>(p, state, fused, stream);
-    case DType::kFloat16: return launch_recurrent_state<__half>(p, state, fused, stream);
+    case DType::kFloat32: return launch_recurrent_state<float>(p, state, fused, stream, one_launch);
+    case DType::kBFloat16: return launch_recurrent_state<__nv_bfloat16>(p, state, fused, stream, one_launch);
+    case DType::kFloat16: return launch_recurrent_state<__half>(p, state, fused, stream, one_launch);
     default: return Status::Error(std::string("unsupported activation dtype ") + dtype_name(act));
   }
 }
@@ -175,7 +187,9 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream) {
   p.has_null = a.null_block_id.has_value();
   p.null_id = a.null_block_id.value_or(0);
   return on_device(a.q.device_index, [&] {
-    return launch_recurrent_any(p, a.q.dtype, a.ssm_state.dtype, false, static_cast<cudaStream_t>(stream));
+    bool one_launch = false;
+    return launch_recurrent_any(p, a.q.dtype, a.ssm_state.dtype, false, static_cast<cudaStream_t>(stream),
+                                &one_launch);
   });
 }
 
@@ -186,8 +200,9 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream) {
   return cuda::gated_delta_rule_recurrent(a, stream);
 }
 
-// Two launches: (1) conv + gates + l2 norm + recurrence for every sequence of both groups,
-// reading the conv pool; (2) the conv pool update and the z copy.
+// conv + gates + l2 norm + recurrence for every sequence of both groups, reading the conv pool;
+// the conv pool update and the z copy in the same launch (thread-block clusters, sm_90+) or in a
+// second one (conv.cu).
 Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
   GDN_RETURN_IF_ERROR(supports(a));
   const rules::ProjLayout L = rules::proj_layout(a);
@@ -231,6 +246,8 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
   rp.scale = static_cast<float>(a.scale.value_or(1.0 / std::sqrt(static_cast<double>(L.K))));
   rp.has_null = has_null;
   rp.null_id = null_id;
+  rp.z = a.z.data;
+  rp.z_rs = a.z.stride[0];
 
   ConvParams cp;
   cp.group[0] = g0;
@@ -246,8 +263,9 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
   const DType act = a.projected_states_qkvz.dtype;
   return on_device(a.projected_states_qkvz.device_index, [&] {
     auto s = static_cast<cudaStream_t>(stream);
-    GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true, s));
-    return launch_conv(cp, act, true, s);
+    bool one_launch = false;
+    GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true, s, &one_launch));
+    return one_launch ? Status::Ok() : launch_conv(cp, act, true, s);
   });
 }
 

@@ -58,6 +58,9 @@ struct RecurrentParams {
   float scale = 1.f;
   bool has_null = false;
   int64_t null_id = 0;
+  // fused one-launch step only: z copy (the conv pool update needs nothing more than conv)
+  void* z = nullptr;
+  int64_t z_rs = 0;
 };
 
 struct ConvParams {

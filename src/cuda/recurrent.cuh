@@ -6,29 +6,42 @@
 // Rows of S are independent given k^, q^ and the gates, so a block owns kRows rows of one
 // (sequence, value head) and keeps them in registers for the whole sequence:
 //   grid  = (ceil(V / kRows), HV, sequences of both groups)
-//   block = kWarps warps (RecTraits: by state dtype; 16 fused); warp w owns rows w*kRowsPerWarp ..;
-//           lane l holds, for each of its rows, S[v][l*EPL .. l*EPL+EPL) (K <= 32 EPL; elements
-//           past K are zero and never stored)
-// q^ and k^ live once per thread and serve all its rows; dot products are warp reductions.
+//   block = kWarps warps; a row is held by kLanes lanes (a lane group), EPL = KP / kLanes
+//           contiguous K-elements per lane (16-byte loads at K = 128: float32 32 lanes x 4,
+//           16-bit 16 lanes x 8); a warp has 32 / kLanes groups, each owning kRowsPerLane rows
+//           (elements past K are zero and never stored)
+// q^ and k^ live once per thread and serve all its rows; dot products are lane-group reductions.
+// The sequence's metadata is read with independent loads (token range, slot of column 0, accepted
+// count, slots of the first columns) so that the state load waits on one dependent load at most.
 // Per token, the block stages the token's raw q, k (K each), its kRows values of v, and a, b in
 // shared memory (fused: computing the causal conv of the projections on the fly, reading the conv
 // pool only), then every warp runs the recurrence for its rows.
 // State is read once (column a-1 for verify), written after every verify token into column t,
-// or once at the end for non-spec sequences. The conv pool is updated by a later kernel.
+// or once at the end for non-spec sequences.
+// Fused step, one launch (kCluster, sm_90): the blocks of one (sequence, key head) form a
+// thread-block cluster — every block that reads the key head's q/k conv window and its value
+// heads' v windows — so after a cluster barrier they update that part of the conv pool
+// themselves, and every block copies a slice of z. Otherwise a second kernel (conv.cu) does both.
 #pragma once
+#include <cooperative_groups.h>
+
+#include <optional>
 #include <type_traits>
 
 #include "common/seq_rules.h"
+#include "cuda/conv_channel.cuh"
 #include "cuda/recurrent.h"
 
 namespace gdn::cuda {
 
-// Tuning (bench/sweep.sh, H200, see bench/RESULTS.md): warps per block, state rows per warp and
-// resident blocks per SM the register budget must allow, for float32 and for 16-bit state.
-// float32: one-warp blocks of 8 rows (128 B of state in flight per thread, 32 blocks per SM);
-// 16-bit: four-warp blocks of 4 rows per warp.
+// Tuning (bench/sweep.sh, H200, see bench/RESULTS.md): warps per block, lanes per state row, rows
+// per lane group and resident blocks per SM the register budget must allow, for float32 and for
+// 16-bit state, and for the fused step.
 #ifndef GDN_REC_WARPS_F32
 #define GDN_REC_WARPS_F32 1
+#endif
+#ifndef GDN_REC_LANES_F32
+#define GDN_REC_LANES_F32 32
 #endif
 #ifndef GDN_REC_ROWS_F32
 #define GDN_REC_ROWS_F32 8
@@ -37,19 +50,25 @@ namespace gdn::cuda {
 #define GDN_REC_MB_F32 32
 #endif
 #ifndef GDN_REC_WARPS_16
-#define GDN_REC_WARPS_16 4
+#define GDN_REC_WARPS_16 1
+#endif
+#ifndef GDN_REC_LANES_16
+#define GDN_REC_LANES_16 16
 #endif
 #ifndef GDN_REC_ROWS_16
 #define GDN_REC_ROWS_16 4
 #endif
 #ifndef GDN_REC_MB_16
-#define GDN_REC_MB_16 10
+#define GDN_REC_MB_16 32
 #endif
 #ifndef GDN_FUSED_WARPS
 #define GDN_FUSED_WARPS 16  // warps per block, fused gdn_attention (amortises the per-block conv)
 #endif
-#ifndef GDN_FUSED_ROWS
-#define GDN_FUSED_ROWS 4
+#ifndef GDN_FUSED_ROWS_F32
+#define GDN_FUSED_ROWS_F32 4
+#endif
+#ifndef GDN_FUSED_ROWS_16
+#define GDN_FUSED_ROWS_16 2
 #endif
 #ifndef GDN_FUSED_MB
 #define GDN_FUSED_MB 2
@@ -60,16 +79,23 @@ struct RecTraits {
   static constexpr bool kWide = sizeof(TState) == 4;
   static constexpr int kWarps = kFused ? GDN_FUSED_WARPS : (kWide ? GDN_REC_WARPS_F32 : GDN_REC_WARPS_16);
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kRowsPerWarp = kFused ? GDN_FUSED_ROWS : (kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16);
+  static constexpr int kLanes = kWide ? GDN_REC_LANES_F32 : GDN_REC_LANES_16;  // lanes per state row
+  static constexpr int kGroups = 32 / kLanes;                                   // lane groups per warp
+  static constexpr int kRowsPerLane =
+      kFused ? (kWide ? GDN_FUSED_ROWS_F32 : GDN_FUSED_ROWS_16) : (kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16);
+  static constexpr int kRowsPerWarp = kRowsPerLane * kGroups;
   static constexpr int kMinBlocks = kFused ? GDN_FUSED_MB : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
   static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
   static_assert(kThreads <= 1024 && kThreads % 32 == 0, "a block is whole warps, at most 1024 threads");
-  static_assert(kRowsPerWarp >= 1 && kRowsPerWarp <= 32, "the row a lane stores o for is lane < rows per warp");
+  static_assert(kLanes == 8 || kLanes == 16 || kLanes == 32, "a lane group is 8, 16 or 32 lanes");
+  static_assert(kRowsPerLane >= 1 && kRowsPerLane <= kLanes, "lane j of a group stores o of its row j");
 };
 
-__device__ __forceinline__ float warp_sum(float x) {
+// Sum over the kLanes lanes of a lane group (every lane of the group gets it).
+template <int kLanes>
+__device__ __forceinline__ float group_sum(float x) {
 #pragma unroll
-  for (int m = 16; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  for (int m = kLanes / 2; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
   return x;
 }
 
@@ -90,7 +116,7 @@ template <typename TState, int EPL>
 constexpr bool kHasVec = !std::is_void_v<typename VecOf<(EPL * sizeof(TState) < 16 ? EPL * sizeof(TState) : 16)>::type>;
 
 template <typename TState, int EPL, bool kDense>
-__device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int lane,
+__device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
                                          float (&s)[EPL]) {
   const TState* base = static_cast<const TState*>(p.state) + slot * p.state_slot_stride +
                        static_cast<int64_t>(hv) * p.V * p.K;
@@ -99,7 +125,7 @@ __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot,
   using Vec = typename VecOf<kChunk>::type;
   if constexpr (kDense && !std::is_void_v<Vec>) {
     {
-      const Vec* src = reinterpret_cast<const Vec*>(base + state_elem(p, vi, lane * EPL));
+      const Vec* src = reinterpret_cast<const Vec*>(base + state_elem(p, vi, ln * EPL));
       constexpr int kPer = kChunk / sizeof(TState);
 #pragma unroll
       for (int c = 0; c < kBytes / kChunk; ++c) {
@@ -112,14 +138,14 @@ __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot,
   } else {
 #pragma unroll
     for (int j = 0; j < EPL; ++j) {
-      const int ki = lane * EPL + j;
+      const int ki = ln * EPL + j;
       s[j] = ki < p.K ? to_float(base[state_elem(p, vi, ki)]) : 0.f;
     }
   }
 }
 
 template <typename TState, int EPL, bool kDense>
-__device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int lane,
+__device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
                                           const float (&s)[EPL]) {
   TState* base = static_cast<TState*>(p.state) + slot * p.state_slot_stride + static_cast<int64_t>(hv) * p.V * p.K;
   constexpr int kBytes = EPL * sizeof(TState);
@@ -127,7 +153,7 @@ __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot
   using Vec = typename VecOf<kChunk>::type;
   if constexpr (kDense && !std::is_void_v<Vec>) {
     {
-      Vec* dst = reinterpret_cast<Vec*>(base + state_elem(p, vi, lane * EPL));
+      Vec* dst = reinterpret_cast<Vec*>(base + state_elem(p, vi, ln * EPL));
       constexpr int kPer = kChunk / sizeof(TState);
 #pragma unroll
       for (int c = 0; c < kBytes / kChunk; ++c) {
@@ -141,7 +167,7 @@ __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot
   } else {
 #pragma unroll
     for (int j = 0; j < EPL; ++j) {
-      const int ki = lane * EPL + j;
+      const int ki = ln * EPL + j;
       if (ki < p.K) base[state_elem(p, vi, ki)] = from_float<TState>(s[j]);
     }
   }
@@ -188,70 +214,95 @@ __device__ __forceinline__ float conv_token(const RecurrentParams& p, const Grou
   return round_to<TAct>(acc);  // the conv output is stored in the activation dtype
 }
 
-template <typename TAct, typename TState, int EPL, bool kFused, bool kDense>
+// Slots of verify columns 1..kNearCols are loaded with the other metadata, so the read slot of
+// a sequence that accepted up to kNearCols + 1 tokens costs no dependent load.
+#ifndef GDN_REC_NEAR_COLS
+#define GDN_REC_NEAR_COLS 3
+#endif
+constexpr int kNearCols = GDN_REC_NEAR_COLS;
+
+template <typename TAct, typename TState, int KP, bool kFused, bool kDense, bool kCluster>
 __global__ void __launch_bounds__(RecTraits<TState, kFused>::kThreads, RecTraits<TState, kFused>::kMinBlocks)
     recurrent_kernel(const __grid_constant__ RecurrentParams p) {
-  constexpr int KP = EPL * 32;  // K padded to the lanes
   using Tr = RecTraits<TState, kFused>;
-  constexpr int R = Tr::kRowsPerWarp;
-  constexpr int kRows = Tr::kRows;
-  constexpr int kRecThreads = Tr::kThreads;
+  constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
+  constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
+  static_assert(KP % L == 0, "K padded to whole lane groups");
   __shared__ float s_q[KP], s_k[KP], s_v[kRows], s_ab[2];
   constexpr int kCh = kFused ? 2 * KP + kRows : 1;  // fused: [q channels | k channels | v rows]
   __shared__ ConvChannel<TAct> s_ch[kCh];
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
   const int hv = blockIdx.y, h = hv / p.r;
-  const int row0 = blockIdx.x * kRows + warp * R;  // this warp's first state row
+  // Row of this lane group's step j: row0 + j * G; its block-local index: lrow0 + j * G.
+  const int lrow0 = warp * Tr::kRowsPerWarp + lane / L;
+  const int row0 = blockIdx.x * kRows + lrow0;
   const int gi = blockIdx.z < p.n0 ? 0 : 1;
   const GroupMeta& g = p.group[gi];
   const int64_t i = gi ? blockIdx.z - p.n0 : blockIdx.z;
   const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
 
-  const auto tr = rules::token_range(g.qsl(i), g.qsl(i + 1), g.limit);
-  if (tr.len == 0) return;
-  const int64_t slot0 = g.slots(i, 0);
-  const int64_t acc = g.spec ? rules::accepted(g.num_accepted(i), g.cols) : 1;
-  const int64_t read_slot = g.spec ? g.slots(i, acc - 1) : slot0;
+  // Metadata: independent loads first (all in bounds: i < n).
+  const int64_t lo = g.qsl(i), hi = g.qsl(i + 1), slot0 = g.slots(i, 0);
+  const int64_t na = g.spec ? g.num_accepted(i) : 1;
+  const bool init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
+  int64_t col_slot[kNearCols];
+#pragma unroll
+  for (int j = 0; j < kNearCols; ++j) col_slot[j] = (g.spec && j + 1 < g.cols) ? g.slots(i, j + 1) : slot0;
+  const auto tr = rules::token_range(lo, hi, g.limit);
+  const int64_t acc = g.spec ? rules::accepted(na, g.cols) : 1;
+  int64_t read_slot = slot0;
+#pragma unroll
+  for (int j = 0; j < kNearCols; ++j)
+    if (acc == j + 2) read_slot = col_slot[j];
+  if (acc > kNearCols + 1) read_slot = g.slots(i, acc - 1);
   bool pad = !rules::slot_valid(slot0, p.num_slots, p.has_null, p.null_id) ||
              !rules::slot_valid(read_slot, p.num_slots, p.has_null, p.null_id);
-  if (kFused) {
-    pad = pad || !rules::slot_valid(slot0, p.conv.num_slots, p.has_null, p.null_id);
-    bool bad_row = false;
-    for (int64_t t = tid; t < tr.len; t += kRecThreads) bad_row |= global_row(g, tr.begin + t, out_rows) < 0;
-    pad = __syncthreads_or(bad_row) || pad;
-  }
-  TAct* o = static_cast<TAct*>(p.o);
-  if (pad) {
-    if (lane < R && row0 + lane < p.V)
-      for (int64_t t = 0; t < tr.len; ++t) {
-        const int64_t row = global_row(g, tr.begin + t, out_rows);
-        if (row >= 0) o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + lane] = from_float<TAct>(0.f);
-      }
-    return;
-  }
-  const bool init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
+  if (kFused) pad = pad || !rules::slot_valid(slot0, p.conv.num_slots, p.has_null, p.null_id);
+
+  // The state rows, requested as early as possible (both slots are in the pool, so the loads are
+  // safe even if a token row later makes the sequence padding).
   float s[R][EPL];
 #pragma unroll
   for (int j = 0; j < R; ++j) {
 #pragma unroll
     for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
-    if (init && row0 + j < p.V) load_row<TState, EPL, kDense>(p, read_slot, hv, row0 + j, lane, s[j]);
+    if (tr.len > 0 && !pad && init && row0 + j * G < p.V)
+      load_row<TState, EPL, kDense>(p, read_slot, hv, row0 + j * G, ln, s[j]);
+  }
+  if constexpr (kCluster)  // every block copies its slice of z, whatever its sequence
+    copy_z<TAct, kThreads>(p.src, p.z, p.z_rs, blockIdx.x + gridDim.x * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z),
+                           int64_t{gridDim.x} * gridDim.y * gridDim.z);
+  if (tr.len == 0) return;
+  if (kFused) {  // a token outside the buffer makes its sequence padding
+    bool bad_row = false;
+    for (int64_t t = tid; t < tr.len; t += kThreads) bad_row |= global_row(g, tr.begin + t, out_rows) < 0;
+    pad = __syncthreads_or(bad_row) || pad;
+  }
+  TAct* o = static_cast<TAct*>(p.o);
+  if (pad) {
+    const int vi = row0 + ln * G;
+    if (ln < R && vi < p.V)
+      for (int64_t t = 0; t < tr.len; ++t) {
+        const int64_t row = global_row(g, tr.begin + t, out_rows);
+        if (row >= 0) o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + vi] = from_float<TAct>(0.f);
+      }
+    return;
   }
 
   const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
   const int64_t win_base = g.spec ? acc - 1 : 0;  // conv window rows (fused)
   if constexpr (kFused) {
-    const auto& L = p.src.proj;
-    for (int c = tid; c < kCh; c += kRecThreads) {
+    const auto& PL = p.src.proj;
+    for (int c = tid; c < kCh; c += kThreads) {
       ConvChannel<TAct> ch;
       if (c < 2 * KP) {  // q (c < KP) or k channel kc of key head h
         const int kc = c < KP ? c : c - KP;
-        ch.ch = kc < p.K ? (c < KP ? 0 : L.H * L.K) + h * p.K + kc : -1;
+        ch.ch = kc < p.K ? (c < KP ? 0 : PL.H * PL.K) + h * p.K + kc : -1;
       } else {
         const int vi = blockIdx.x * kRows + (c - 2 * KP);
-        ch.ch = vi < p.V ? 2 * L.H * L.K + hv * p.V + vi : -1;
+        ch.ch = vi < p.V ? 2 * PL.H * PL.K + hv * p.V + vi : -1;
       }
-      ch.col = ch.ch >= 0 ? L.conv_col(ch.ch) : 0;
+      ch.col = ch.ch >= 0 ? PL.conv_col(ch.ch) : 0;
       const TAct* w = static_cast<const TAct*>(p.conv.weight) + static_cast<int64_t>(ch.ch) * p.conv.weight_rs;
 #pragma unroll
       for (int j = 0; j < kMaxW; ++j) ch.w[j] = (ch.ch >= 0 && j < p.conv.W) ? to_float(w[j]) : 0.f;
@@ -263,7 +314,7 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused>::kThreads, RecTraits
     const int64_t row = global_row(g, tr.begin + t, out_rows);
     __syncthreads();  // the previous token's shared inputs are consumed
     if constexpr (kFused) {
-      for (int c = tid; c < kCh; c += kRecThreads) {
+      for (int c = tid; c < kCh; c += kThreads) {
         const ConvChannel<TAct>& ch = s_ch[c];
         const float y = ch.ch >= 0 ? conv_token<TAct>(p, g, ch, tr.begin, t, slot0, win_base, init) : 0.f;
         if (c < KP) s_q[c] = y;
@@ -277,7 +328,7 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused>::kThreads, RecTraits
     } else {
       const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * p.K;
       const TAct* k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * p.K;
-      for (int c = tid; c < KP; c += kRecThreads) {
+      for (int c = tid; c < KP; c += kThreads) {
         s_q[c] = c < p.K ? to_float(q[c]) : 0.f;
         s_k[c] = c < p.K ? to_float(k[c]) : 0.f;
       }
@@ -293,15 +344,15 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused>::kThreads, RecTraits
     float kr[EPL], qr[EPL], kk = 0.f, qq = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
-      kr[e] = s_k[lane * EPL + e];
-      qr[e] = s_q[lane * EPL + e];
+      kr[e] = s_k[ln * EPL + e];
+      qr[e] = s_q[ln * EPL + e];
       kk += kr[e] * kr[e];
       qq += qr[e] * qr[e];
     }
-    const float kn = 1.f / sqrtf(warp_sum(kk) + 1e-6f);      // k^ = k / |k|
-    const float qn = p.scale / sqrtf(warp_sum(qq) + 1e-6f);  // q^ = q / |q| * scale
-    const float gate = A * rules::softplus(s_ab[0] + dtb);    // g = -exp(A_log) softplus(a + dt_bias)
-    const float beta = 1.f / (1.f + expf(-s_ab[1]));         // beta = sigmoid(b)
+    const float kn = 1.f / sqrtf(group_sum<L>(kk) + 1e-6f);      // k^ = k / |k|
+    const float qn = p.scale / sqrtf(group_sum<L>(qq) + 1e-6f);  // q^ = q / |q| * scale
+    const float gate = A * rules::softplus(s_ab[0] + dtb);        // g = -exp(A_log) softplus(a + dt_bias)
+    const float beta = 1.f / (1.f + expf(-s_ab[1]));             // beta = sigmoid(b)
     const float decay = expf(gate);
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
@@ -319,11 +370,10 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused>::kThreads, RecTraits
       }
     }
 #pragma unroll
-    for (int j = 0; j < R; ++j) sk[j] = warp_sum(sk[j]);
+    for (int j = 0; j < R; ++j) sk[j] = group_sum<L>(sk[j]);
 #pragma unroll
     for (int j = 0; j < R; ++j) {
-      const int vi = row0 + j;
-      const float d = beta * ((vi < p.V ? s_v[warp * R + j] : 0.f) - sk[j]);  // d = beta (v - S k^)
+      const float d = beta * ((row0 + j * G < p.V ? s_v[lrow0 + j * G] : 0.f) - sk[j]);  // d = beta (v - S k^)
       ov[j] = 0.f;
 #pragma unroll
       for (int e = 0; e < EPL; ++e) {
@@ -332,53 +382,123 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused>::kThreads, RecTraits
       }
     }
 #pragma unroll
-    for (int j = 0; j < R; ++j) ov[j] = warp_sum(ov[j]);
+    for (int j = 0; j < R; ++j) ov[j] = group_sum<L>(ov[j]);
     float mine = ov[0];
 #pragma unroll
-    for (int j = 1; j < R; ++j) mine = lane == j ? ov[j] : mine;
-    if (lane < R && row0 + lane < p.V) o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + lane] = from_float<TAct>(mine);
+    for (int j = 1; j < R; ++j) mine = ln == j ? ov[j] : mine;
+    if (ln < R && row0 + ln * G < p.V)
+      o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] = from_float<TAct>(mine);
     if (g.spec && t < g.cols) {
       const int64_t slot = g.slots(i, t);
       if (rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id))
 #pragma unroll
         for (int j = 0; j < R; ++j)
-          if (row0 + j < p.V) store_row<TState, EPL, kDense>(p, slot, hv, row0 + j, lane, s[j]);
+          if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, slot, hv, row0 + j * G, ln, s[j]);
     }
   }
   if (!g.spec)
 #pragma unroll
     for (int j = 0; j < R; ++j)
-      if (row0 + j < p.V) store_row<TState, EPL, kDense>(p, slot0, hv, row0 + j, lane, s[j]);
+      if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, slot0, hv, row0 + j * G, ln, s[j]);
+
+  if constexpr (kCluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Every block of this (sequence, key head) has read the conv windows: update them. Channels:
+    // q and k of key head h, then v of the cluster's value heads h*r .. h*r+r-1.
+    auto cluster = cooperative_groups::this_cluster();
+    cluster.sync();
+    const auto& PL = p.src.proj;
+    const ConvSeq cs = make_conv_seq(g, i, tr, slot0, acc, read_slot, false, init, true, p.conv.W);
+    const int nch = 2 * p.K + p.r * p.V;
+    const int stride = static_cast<int>(cluster.num_blocks()) * kThreads;
+    for (int c = static_cast<int>(cluster.block_rank()) * kThreads + tid; c < nch; c += stride) {
+      const int ch = c < p.K       ? h * p.K + c
+                     : c < 2 * p.K ? PL.H * PL.K + h * p.K + (c - p.K)
+                                   : 2 * PL.H * PL.K + h * p.r * p.V + (c - 2 * p.K);
+      conv_channel_w<TAct, true>(p.conv.W, p.conv, p.src, g, cs, ch, nullptr, 0, p.has_null, p.null_id);
+    }
+#else
+    __trap();  // the host launches the cluster form on sm_90 and later only
+#endif
+  }
+}
+
+// Fused step as one launch: clusters of (ceil(V / kRows), r) blocks on sm_90+, when that cluster
+// size can be resident; nullopt (nothing launched) otherwise.
+template <typename Kernel>
+std::optional<Status> try_cluster_launch(Kernel kernel, dim3 grid, int threads, const RecurrentParams& p,
+                                         cudaStream_t stream) {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
+    return std::nullopt;
+  const unsigned csize = grid.x * static_cast<unsigned>(p.r);
+  if (csize > 16 || p.HV % p.r != 0) return std::nullopt;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = grid.x;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(p.r);
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (csize > 8) {  // non-portable sizes: allowed on H100/H200, if such a cluster fits
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the attribute query's error
+      return std::nullopt;
+    }
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1) {
+      (void)cudaGetLastError();  // clear the attribute query's error
+      return std::nullopt;
+    }
+  }
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
+  if (e != cudaSuccess) return Status::Error(std::string("cudaLaunchKernelEx: ") + cudaGetErrorString(e));
+  return Status::Ok();
 }
 
 template <typename TAct, typename TS>
-Status launch_recurrent(const RecurrentParams& p, bool fused, cudaStream_t stream) {
+Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_launch, cudaStream_t stream,
+                        bool* one_launch) {
+  *one_launch = false;
   const int64_t nseq = p.group[0].n + p.group[1].n;
-  if (nseq == 0) return Status::Ok();
-  auto go = [&](auto epl_tag) -> Status {
-    constexpr int EPL = decltype(epl_tag)::value;
-    const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == 32 * EPL;
-    auto launch = [&](auto kernel, auto traits) {
-      using Tr = decltype(traits);
+  if (nseq == 0) return Status::Ok();  // (fused: the caller's conv kernel copies z)
+  auto go = [&](auto kp_tag) -> Status {
+    constexpr int KP = decltype(kp_tag)::value;
+    auto launch = [&](auto dense_tag, auto fused_tag) -> Status {
+      constexpr bool kDense = decltype(dense_tag)::value, kF = decltype(fused_tag)::value;
+      using Tr = RecTraits<TS, kF>;
       const dim3 grid(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
                       static_cast<unsigned>(nseq));
-      kernel<<<grid, Tr::kThreads, 0, stream>>>(p);
+      if constexpr (kF) {
+        if (allow_one_launch) {
+          std::optional<Status> st =
+              try_cluster_launch(recurrent_kernel<TAct, TS, KP, true, kDense, true>, grid, Tr::kThreads, p, stream);
+          if (st) {
+            *one_launch = st->ok();
+            return *st;
+          }
+        }
+      }
+      recurrent_kernel<TAct, TS, KP, kF, kDense, false><<<grid, Tr::kThreads, 0, stream>>>(p);
+      GDN_CUDA_CHECK(cudaGetLastError());
+      return Status::Ok();
     };
-    if (fused && dense)
-      launch(recurrent_kernel<TAct, TS, EPL, true, true>, RecTraits<TS, true>{});
-    else if (fused)
-      launch(recurrent_kernel<TAct, TS, EPL, true, false>, RecTraits<TS, true>{});
-    else if (dense)
-      launch(recurrent_kernel<TAct, TS, EPL, false, true>, RecTraits<TS, false>{});
-    else
-      launch(recurrent_kernel<TAct, TS, EPL, false, false>, RecTraits<TS, false>{});
-    GDN_CUDA_CHECK(cudaGetLastError());
-    return Status::Ok();
+    constexpr int EPL = KP / RecTraits<TS, false>::kLanes;  // the fused kernel's lanes are the same
+    const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == KP;
+    using T = std::true_type;
+    using F = std::false_type;
+    if (fused) return dense ? launch(T{}, T{}) : launch(F{}, T{});
+    return dense ? launch(T{}, F{}) : launch(F{}, F{});
   };
-  if (p.K <= 32) return go(std::integral_constant<int, 1>{});
-  if (p.K <= 64) return go(std::integral_constant<int, 2>{});
-  if (p.K <= 128) return go(std::integral_constant<int, 4>{});
-  if (p.K <= 256) return go(std::integral_constant<int, 8>{});
+  if (p.K <= 32) return go(std::integral_constant<int, 32>{});
+  if (p.K <= 64) return go(std::integral_constant<int, 64>{});
+  if (p.K <= 128) return go(std::integral_constant<int, 128>{});
+  if (p.K <= 256) return go(std::integral_constant<int, 256>{});
   return Status::Error("unsupported head_k_dim " + std::to_string(p.K) + " on CUDA: at most 256");
 }
 
