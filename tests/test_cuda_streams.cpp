@@ -215,14 +215,14 @@ TEST_P(CudaFusedLaunches, OneAndTwoLaunchesAgree) {
   EXPECT_TRUE(out[0].ssm.same_bytes(out[1].ssm)) << "ssm_state: " << byte_diff(out[0].ssm, out[1].ssm);
 }
 
-// Cluster = (ceil(V / rows per block), HV / H) blocks; rows per fused block: 64 (float32 state)
-// or 64 (16-bit state: 16 warps x 2 rows x 2 lane groups) at the default tuning.
+// Cluster = (ceil(V / rows per block), HV / H) blocks; 32 rows per fused block at the default
+// tuning (8 warps x 2 lane groups x 2 rows).
 INSTANTIATE_TEST_SUITE_P(
     Cuda, CudaFusedLaunches,
-    ::testing::Values(LaunchParam{DType::kBFloat16, DType::kFloat32, 2, 4, 128, 128, 1},   // cluster 2 x 2
-                      LaunchParam{DType::kBFloat16, DType::kBFloat16, 1, 3, 64, 64, 1},    // 1 x 3
-                      LaunchParam{DType::kFloat32, DType::kFloat32, 1, 4, 32, 200, 0},     // 4 x 4 (non-portable)
-                      LaunchParam{DType::kFloat16, DType::kFloat16, 1, 8, 32, 200, 2}),    // 4 x 8: too large
+    ::testing::Values(LaunchParam{DType::kBFloat16, DType::kFloat32, 2, 4, 128, 128, 1},   // cluster 4 x 2
+                      LaunchParam{DType::kBFloat16, DType::kBFloat16, 1, 3, 64, 64, 1},    // 2 x 3
+                      LaunchParam{DType::kFloat32, DType::kFloat32, 1, 4, 32, 100, 0},     // 4 x 4 (non-portable)
+                      LaunchParam{DType::kFloat16, DType::kFloat16, 1, 8, 32, 200, 2}),    // 7 x 8: too large
     [](const ::testing::TestParamInfo<LaunchParam>& i) { return param_str(i.param); });
 
 }  // namespace

@@ -20,8 +20,9 @@
 // or once at the end for non-spec sequences.
 // Fused step, one launch (kCluster, sm_90): the blocks of one (sequence, key head) form a
 // thread-block cluster — every block that reads the key head's q/k conv window and its value
-// heads' v windows — so after a cluster barrier they update that part of the conv pool
-// themselves, and every block copies a slice of z. Otherwise a second kernel (conv.cu) does both.
+// heads' v windows — so once the last token that reads a window is staged, a cluster barrier lets
+// them update that part of the conv pool themselves (while their state loads are still in
+// flight); every block copies a slice of z. Otherwise a second kernel (conv.cu) does both.
 #pragma once
 #include <cooperative_groups.h>
 
@@ -41,10 +42,10 @@ namespace gdn::cuda {
 #define GDN_REC_WARPS_F32 1
 #endif
 #ifndef GDN_REC_LANES_F32
-#define GDN_REC_LANES_F32 32
+#define GDN_REC_LANES_F32 16
 #endif
 #ifndef GDN_REC_ROWS_F32
-#define GDN_REC_ROWS_F32 8
+#define GDN_REC_ROWS_F32 4
 #endif
 #ifndef GDN_REC_MB_F32
 #define GDN_REC_MB_F32 32
@@ -62,16 +63,16 @@ namespace gdn::cuda {
 #define GDN_REC_MB_16 32
 #endif
 #ifndef GDN_FUSED_WARPS
-#define GDN_FUSED_WARPS 16  // warps per block, fused gdn_attention (amortises the per-block conv)
+#define GDN_FUSED_WARPS 8  // warps per block, fused gdn_attention (amortises the per-block conv)
 #endif
 #ifndef GDN_FUSED_ROWS_F32
-#define GDN_FUSED_ROWS_F32 4
+#define GDN_FUSED_ROWS_F32 2
 #endif
 #ifndef GDN_FUSED_ROWS_16
 #define GDN_FUSED_ROWS_16 2
 #endif
 #ifndef GDN_FUSED_MB
-#define GDN_FUSED_MB 2
+#define GDN_FUSED_MB 4
 #endif
 
 template <typename TState, bool kFused>
@@ -192,26 +193,56 @@ struct ConvChannel {
 };
 
 // y = act(bias + sum_j w[j] * tap_j), tap_j = input t+j of (window ++ tokens), rounded to TAct.
+// The taps are loaded together (unrolled to kMaxW, predicated on W), then summed in tap order.
 template <typename TAct>
 __device__ __forceinline__ float conv_token(const RecurrentParams& p, const GroupMeta& g, const ConvChannel<TAct>& c,
                                             int64_t begin, int64_t t, int64_t slot0, int64_t win_base, bool init) {
   const int W1 = p.conv.W - 1;
   const TAct* cs = static_cast<const TAct*>(p.conv.state) + slot0 * p.conv.slot_stride + c.ch;
   const TAct* x = static_cast<const TAct*>(p.src.qkvz) + c.col;
-  float acc = c.bias;
-  for (int j = 0; j < p.conv.W; ++j) {
-    const int64_t idx = t + j;
-    float u;
-    if (idx < W1) {
-      u = init ? to_float(cs[(win_base + idx) * p.conv.D]) : 0.f;
-    } else {
-      const int64_t row = global_row(g, begin + idx - W1, p.src.num_actual_tokens);
-      u = to_float(x[row * p.src.qkvz_rs]);
+  float u[kMaxW];
+#pragma unroll
+  for (int j = 0; j < kMaxW; ++j) {
+    u[j] = 0.f;
+    if (j < p.conv.W) {
+      const int64_t idx = t + j;
+      if (idx < W1) {
+        if (init) u[j] = to_float(cs[(win_base + idx) * p.conv.D]);
+      } else {
+        const int64_t row = global_row(g, begin + idx - W1, p.src.num_actual_tokens);
+        u[j] = to_float(x[row * p.src.qkvz_rs]);
+      }
     }
-    acc += c.w[j] * u;
   }
+  float acc = c.bias;
+#pragma unroll
+  for (int j = 0; j < kMaxW; ++j)
+    if (j < p.conv.W) acc += c.w[j] * u[j];
   if (p.conv.silu) acc = silu(acc);
   return round_to<TAct>(acc);  // the conv output is stored in the activation dtype
+}
+
+// One-launch fused step: once every block of the cluster — all blocks of one (sequence, key
+// head) — has read the conv windows, they write that part of the conv pool (q and k channels of
+// key head h, v channels of value heads h*r .. h*r+r-1), spread over the cluster's threads.
+template <typename TAct, int kThreads>
+__device__ __forceinline__ void cluster_conv_update(const RecurrentParams& p, const GroupMeta& g, const ConvSeq& cs,
+                                                    int h) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  auto cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  const auto& PL = p.src.proj;
+  const int nch = 2 * p.K + p.r * p.V;
+  const int stride = static_cast<int>(cluster.num_blocks()) * kThreads;
+  for (int c = static_cast<int>(cluster.block_rank()) * kThreads + threadIdx.x; c < nch; c += stride) {
+    const int ch = c < p.K       ? h * p.K + c
+                   : c < 2 * p.K ? PL.H * PL.K + h * p.K + (c - p.K)
+                                 : 2 * PL.H * PL.K + h * p.r * p.V + (c - 2 * p.K);
+    conv_channel_w<TAct, true>(p.conv.W, p.conv, p.src, g, cs, ch, nullptr, 0, p.has_null, p.null_id);
+  }
+#else
+  __trap();  // the host launches the cluster form on sm_90 and later only
+#endif
 }
 
 // Slots of verify columns 1..kNearCols are loaded with the other metadata, so the read slot of
@@ -341,6 +372,10 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused>::kThreads, RecTraits
       }
     }
     __syncthreads();
+    if constexpr (kCluster)  // the last token that reads a conv window has been staged
+      if (t == (tr.len < p.conv.W - 1 ? tr.len : p.conv.W - 1) - 1)
+        cluster_conv_update<TAct, kThreads>(
+            p, g, make_conv_seq(g, i, tr, slot0, acc, read_slot, false, init, true, p.conv.W), h);
     float kr[EPL], qr[EPL], kk = 0.f, qq = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
@@ -400,27 +435,6 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused>::kThreads, RecTraits
 #pragma unroll
     for (int j = 0; j < R; ++j)
       if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, slot0, hv, row0 + j * G, ln, s[j]);
-
-  if constexpr (kCluster) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // Every block of this (sequence, key head) has read the conv windows: update them. Channels:
-    // q and k of key head h, then v of the cluster's value heads h*r .. h*r+r-1.
-    auto cluster = cooperative_groups::this_cluster();
-    cluster.sync();
-    const auto& PL = p.src.proj;
-    const ConvSeq cs = make_conv_seq(g, i, tr, slot0, acc, read_slot, false, init, true, p.conv.W);
-    const int nch = 2 * p.K + p.r * p.V;
-    const int stride = static_cast<int>(cluster.num_blocks()) * kThreads;
-    for (int c = static_cast<int>(cluster.block_rank()) * kThreads + tid; c < nch; c += stride) {
-      const int ch = c < p.K       ? h * p.K + c
-                     : c < 2 * p.K ? PL.H * PL.K + h * p.K + (c - p.K)
-                                   : 2 * PL.H * PL.K + h * p.r * p.V + (c - 2 * p.K);
-      conv_channel_w<TAct, true>(p.conv.W, p.conv, p.src, g, cs, ch, nullptr, 0, p.has_null, p.null_id);
-    }
-#else
-    __trap();  // the host launches the cluster form on sm_90 and later only
-#endif
-  }
 }
 
 // Fused step as one launch: clusters of (ceil(V / kRows), r) blocks on sm_90+, when that cluster
