@@ -215,8 +215,8 @@ TEST_P(CudaFusedLaunches, OneAndTwoLaunchesAgree) {
   EXPECT_TRUE(out[0].ssm.same_bytes(out[1].ssm)) << "ssm_state: " << byte_diff(out[0].ssm, out[1].ssm);
 }
 
-// Cluster = (ceil(V / rows per block), HV / H) blocks; 32 rows per fused block at the default
-// tuning (8 warps x 2 lane groups x 2 rows).
+// Cluster = (ceil(V / rows per block), HV / H) blocks; 32 rows per block of the one-launch step at
+// the default tuning (StepTraits: 4 warps x 2 lane groups x 4 rows).
 INSTANTIATE_TEST_SUITE_P(
     Cuda, CudaFusedLaunches,
     ::testing::Values(LaunchParam{DType::kBFloat16, DType::kFloat32, 2, 4, 128, 128, 1},   // cluster 4 x 2

@@ -11,6 +11,8 @@
 
 namespace gdn::cuda {
 
+constexpr int kMaxW = 5;  // widest conv supported (validated)
+
 // What the conv needs to know about one sequence, resolved once per block.
 struct ConvSeq {
   rules::TokenRange tr{};  // local tokens

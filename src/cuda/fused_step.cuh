@@ -1,0 +1,237 @@
+// src/cuda/fused_step.cuh — gdn_attention's whole step (causal conv + gates + l2 norms +
+// recurrence + conv pool update + z copy) as one launch, on sm_90+ with thread-block clusters.
+//   grid    = (ceil(V / kRows), HV, sequences of both groups), block = StepTraits warps
+//   cluster = (ceil(V / kRows), r): every block of one (sequence, key head)
+// The blocks of a cluster share the key head's q and k: each block computes the causal conv of a
+// 1/cluster share of the 2K q/k channels (and of its own v rows) and pushes the outputs into every
+// block's shared memory (distributed shared memory); one cluster barrier per token publishes them.
+// Each conv channel has exactly one owner thread in the cluster, which reads its window once into
+// registers, slides it over the tokens and writes that channel's pool rows itself (SPEC.md §3,
+// same rows as conv_channel.cuh): no block reads what another writes, so the pool needs no barrier.
+// Shared q/k/v/gate buffers are double-buffered by token parity, so one barrier per token suffices.
+// Every block also copies a slice of z (all rows < num_actual_tokens, padding included).
+#pragma once
+#include <cooperative_groups.h>
+
+#include <optional>
+
+#include "cuda/conv_channel.cuh"
+#include "cuda/rec_common.cuh"
+
+namespace gdn::cuda {
+
+// Split cluster barrier: arrive early (relaxed), wait before the first distributed shared memory
+// access, so that every block of the cluster has started by then.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait;\n" ::: "memory");
+#endif
+}
+
+template <typename TAct, typename TState, int KP, bool kDense>
+__global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TState>::kMinBlocks)
+    fused_step_kernel(const __grid_constant__ RecurrentParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Tr = StepTraits<TState>;
+  constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
+  constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
+  static_assert(KP % L == 0, "K padded to whole lane groups");
+  __shared__ float s_qk[2][2 * KP];  // raw conv outputs [q | k] of the key head, by token parity
+  __shared__ float s_v[2][kRows], s_ab[2][2];
+  cluster_arrive_relaxed();
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cs = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
+  const int hv = blockIdx.y, h = hv / p.r;
+  const int lrow0 = warp * Tr::kRowsPerWarp + lane / L;  // block-local row of lane-group step 0
+  const int row0 = blockIdx.x * kRows + lrow0;
+  const int gi = blockIdx.z < p.n0 ? 0 : 1;
+  const GroupMeta& g = p.group[gi];
+  const int64_t i = gi ? blockIdx.z - p.n0 : blockIdx.z;
+  const int64_t out_rows = p.src.num_actual_tokens;
+  const SeqInfo si = resolve_seq(p, g, i, true);
+  const auto tr = si.tr;
+
+  float s[R][EPL];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
+    if (tr.len > 0 && !si.pad && si.init && row0 + j * G < p.V)
+      load_row<TState, EPL, kDense>(p, si.read_slot, hv, row0 + j * G, ln, s[j]);
+  }
+  copy_z<TAct, kThreads>(p.src, p.z, p.z_rs, blockIdx.x + gridDim.x * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z),
+                         int64_t{gridDim.x} * gridDim.y * gridDim.z);
+  // Every value of s_qk is pushed by its owner except K..KP (padding): zero those here.
+  for (int c = tid; c < 2 * (KP - p.K); c += kThreads) {
+    const int e = c < KP - p.K ? p.K + c : KP + p.K + (c - (KP - p.K));
+    s_qk[0][e] = 0.f;
+    s_qk[1][e] = 0.f;
+  }
+  bool pad = si.pad;
+  {  // a token outside the buffer makes its sequence padding (same for every block of the cluster)
+    bool bad_row = false;
+    for (int64_t t = tid; t < tr.len; t += kThreads) bad_row |= global_row(g, tr.begin + t, out_rows) < 0;
+    pad = __syncthreads_or(bad_row) || pad;
+  }
+  TAct* o = static_cast<TAct*>(p.o);
+  if (tr.len == 0 || pad) {  // uniform over the cluster: every block leaves here
+    const int vi = row0 + ln * G;
+    if (ln < R && vi < p.V)
+      for (int64_t t = 0; t < tr.len; ++t) {
+        const int64_t row = global_row(g, tr.begin + t, out_rows);
+        if (row >= 0) o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + vi] = from_float<TAct>(0.f);
+      }
+    cluster_wait();
+    return;
+  }
+
+  // This thread's conv channel: q/k channel rank * per + tid of the key head, or v row tid - per.
+  const auto& PL = p.src.proj;
+  const int per = (2 * p.K + cs - 1) / cs;
+  int ch = -1, dst = 0;
+  if (tid < per) {
+    const int qc = rank * per + tid;
+    if (qc < 2 * p.K) {
+      ch = qc < p.K ? h * p.K + qc : PL.H * PL.K + h * p.K + (qc - p.K);
+      dst = qc < p.K ? qc : KP + (qc - p.K);
+    }
+  } else if (tid - per < kRows) {
+    const int vi = blockIdx.x * kRows + (tid - per);
+    if (vi < p.V) ch = 2 * PL.H * PL.K + hv * p.V + vi;
+    dst = tid - per;
+  }
+  const bool is_qk = tid < per;
+  const int W = p.conv.W;
+  float w[kMaxW], bias = 0.f;
+  TAct win[kMaxW - 1];  // the W-1 inputs before the current token, oldest first
+  int col = 0;
+  TAct* pool = static_cast<TAct*>(p.conv.state);
+  const int64_t D = p.conv.D;
+  if (ch >= 0) {
+    pool += si.slot0 * p.conv.slot_stride + ch;
+    col = PL.conv_col(ch);
+    const TAct* wr = static_cast<const TAct*>(p.conv.weight) + static_cast<int64_t>(ch) * p.conv.weight_rs;
+#pragma unroll
+    for (int j = 0; j < kMaxW; ++j) w[j] = j < W ? to_float(wr[j]) : 0.f;
+    if (p.conv.bias) bias = to_float(static_cast<const TAct*>(p.conv.bias)[ch]);
+    const int64_t base = g.spec ? si.acc - 1 : 0;
+#pragma unroll
+    for (int j = 0; j < kMaxW - 1; ++j) win[j] = (j < W - 1 && (si.init || g.spec)) ? pool[(base + j) * D] : TAct(0.f);
+    if (g.spec) {  // rolling: rows 0..W-3 <- old rows base+1..base+W-2
+#pragma unroll
+      for (int j = 0; j < kMaxW - 2; ++j)
+        if (j < W - 2) pool[j * D] = win[j + 1];
+    }
+  }
+  const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
+  cluster_wait();  // every block of the cluster has started: pushes may begin
+
+  for (int64_t t = 0; t < tr.len; ++t) {
+    const int buf = static_cast<int>(t & 1);
+    const int64_t row = global_row(g, tr.begin + t, out_rows);
+    if (ch >= 0) {
+      const TAct x = static_cast<const TAct*>(p.src.qkvz)[row * p.src.qkvz_rs + col];
+      float a = bias;
+#pragma unroll
+      for (int j = 0; j < kMaxW - 1; ++j)
+        if (j < W - 1) a += w[j] * to_float(win[j]);
+#pragma unroll
+      for (int j = 0; j < kMaxW; ++j)
+        if (j == W - 1) a += w[j] * to_float(x);
+      if (p.conv.silu) a = silu(a);
+      const float y = round_to<TAct>(a);  // the conv output is stored in the activation dtype
+      if (is_qk) {
+        for (int b = 0; b < cs; ++b) *cluster.map_shared_rank(&s_qk[buf][dst], b) = y;
+      } else {
+        s_v[buf][dst] = y;
+      }
+#pragma unroll
+      for (int j = 0; j < kMaxW - 2; ++j)
+        if (j < W - 2) win[j] = win[j + 1];
+#pragma unroll
+      for (int j = 0; j < kMaxW - 1; ++j)
+        if (j == W - 2) win[j] = x;
+      if (g.spec && t < g.cols) pool[(W - 2 + t) * D] = x;  // rolling: row W-2+t <- u_t
+    }
+    if (tid < 2) {
+      const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
+      s_ab[buf][tid] = to_float(ba[tid == 0 ? PL.a_col(hv) : PL.b_col(hv)]);
+    }
+    cluster.sync();  // token t's q, k (whole cluster), v and gates (this block) are in place
+    const float mine = recur_token<L, G, R, EPL>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0, p.V - row0,
+                                                 s_ab[buf][0], s_ab[buf][1], A, dtb, p.scale, ln);
+    if (ln < R && row0 + ln * G < p.V)
+      o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] = from_float<TAct>(mine);
+    if (g.spec && t < g.cols) {
+      const int64_t slot = g.slots(i, t);
+      if (rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id))
+#pragma unroll
+        for (int j = 0; j < R; ++j)
+          if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, slot, hv, row0 + j * G, ln, s[j]);
+    }
+  }
+  if (!g.spec) {
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+      if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, si.slot0, hv, row0 + j * G, ln, s[j]);
+    if (ch >= 0)  // the last W-1 inputs of (window ++ tokens)
+#pragma unroll
+      for (int j = 0; j < kMaxW - 1; ++j)
+        if (j < W - 1) pool[j * D] = win[j];
+  }
+#else
+  __trap();  // launched on sm_90 and later only
+#endif
+}
+
+// Launches the one-launch step when the card has clusters (sm_90+), a cluster of
+// (ceil(V / kRows), r) blocks can be resident, and one channel per thread covers a block's share;
+// nullopt (nothing launched) otherwise.
+template <typename TAct, typename TS, int KP, bool kDense>
+std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
+  using Tr = StepTraits<TS>;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
+    return std::nullopt;
+  const unsigned gx = static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows);
+  const unsigned csize = gx * static_cast<unsigned>(p.r);
+  if (csize > 16 || p.HV % p.r != 0) return std::nullopt;
+  const int per = static_cast<int>((2 * p.K + csize - 1) / csize);
+  if (per + Tr::kRows > Tr::kThreads) return std::nullopt;
+  auto kernel = fused_step_kernel<TAct, TS, KP, kDense>;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(gx, static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq));
+  cfg.blockDim = dim3(Tr::kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = gx;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(p.r);
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (csize > 8) {  // non-portable sizes: allowed on H100/H200, if such a cluster fits
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the attribute's error: the two-launch form runs instead
+      return std::nullopt;
+    }
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1) {
+      (void)cudaGetLastError();
+      return std::nullopt;
+    }
+  }
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
+  if (e != cudaSuccess) return Status::Error(std::string("cudaLaunchKernelEx: ") + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+}  // namespace gdn::cuda

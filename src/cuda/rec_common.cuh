@@ -1,0 +1,272 @@
+// src/cuda/rec_common.cuh — what the recurrent kernels share: tuning traits, lane-group sums,
+// state row loads/stores, the per-sequence metadata and one token of the recurrence.
+//
+//   S = exp(g) S;  d = beta (v - S k^);  S = S + d k^T;  o = S q^       (S: V x K per value head)
+//
+// Rows of S are independent given k^, q^ and the gates. A row is held by kLanes lanes (a lane
+// group), EPL = KP / kLanes contiguous K-elements per lane (16-byte loads at K = 128: 8 elements
+// per lane for every state dtype); a warp has 32 / kLanes groups, each owning kRowsPerLane rows
+// (elements past K are zero and never stored). q^ and k^ live once per thread and serve all its
+// rows; dot products are lane-group reductions.
+#pragma once
+#include <type_traits>
+
+#include "common/seq_rules.h"
+#include "cuda/params.h"
+
+namespace gdn::cuda {
+
+// Tuning (bench/sweep.sh, H200, see bench/RESULTS.md): warps per block, lanes per state row, rows
+// per lane group and resident blocks per SM the register budget must allow, for float32 and for
+// 16-bit state, and for the fused step.
+#ifndef GDN_REC_WARPS_F32
+#define GDN_REC_WARPS_F32 1
+#endif
+#ifndef GDN_REC_LANES_F32
+#define GDN_REC_LANES_F32 16
+#endif
+#ifndef GDN_REC_ROWS_F32
+#define GDN_REC_ROWS_F32 4
+#endif
+#ifndef GDN_REC_MB_F32
+#define GDN_REC_MB_F32 32
+#endif
+#ifndef GDN_REC_WARPS_16
+#define GDN_REC_WARPS_16 1
+#endif
+#ifndef GDN_REC_LANES_16
+#define GDN_REC_LANES_16 16
+#endif
+#ifndef GDN_REC_ROWS_16
+#define GDN_REC_ROWS_16 4
+#endif
+#ifndef GDN_REC_MB_16
+#define GDN_REC_MB_16 32
+#endif
+#ifndef GDN_FUSED_WARPS
+#define GDN_FUSED_WARPS 16  // warps per block, two-launch fused step (amortises the per-block conv)
+#endif
+#ifndef GDN_FUSED_ROWS_F32
+#define GDN_FUSED_ROWS_F32 2
+#endif
+#ifndef GDN_FUSED_ROWS_16
+#define GDN_FUSED_ROWS_16 2
+#endif
+#ifndef GDN_FUSED_MB
+#define GDN_FUSED_MB 2
+#endif
+
+template <typename TState, bool kFused>
+struct RecTraits {
+  static constexpr bool kWide = sizeof(TState) == 4;
+  static constexpr int kWarps = kFused ? GDN_FUSED_WARPS : (kWide ? GDN_REC_WARPS_F32 : GDN_REC_WARPS_16);
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kLanes = kWide ? GDN_REC_LANES_F32 : GDN_REC_LANES_16;  // lanes per state row
+  static constexpr int kGroups = 32 / kLanes;                                   // lane groups per warp
+  static constexpr int kRowsPerLane =
+      kFused ? (kWide ? GDN_FUSED_ROWS_F32 : GDN_FUSED_ROWS_16) : (kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16);
+  static constexpr int kRowsPerWarp = kRowsPerLane * kGroups;
+  static constexpr int kMinBlocks = kFused ? GDN_FUSED_MB : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
+  static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
+  static_assert(kThreads <= 1024 && kThreads % 32 == 0, "a block is whole warps, at most 1024 threads");
+  static_assert(kLanes == 8 || kLanes == 16 || kLanes == 32, "a lane group is 8, 16 or 32 lanes");
+  static_assert(kRowsPerLane >= 1 && kRowsPerLane <= kLanes, "lane j of a group stores o of its row j");
+};
+
+// The one-launch fused step (fused_step.cuh): blocks of kStepWarps warps with the plain kernel's
+// lane mapping, kStepMB resident per SM.
+#ifndef GDN_STEP_WARPS
+#define GDN_STEP_WARPS 4
+#endif
+#ifndef GDN_STEP_MB
+#define GDN_STEP_MB 6
+#endif
+template <typename TState>
+struct StepTraits {
+  using Rec = RecTraits<TState, false>;
+  static constexpr int kWarps = GDN_STEP_WARPS;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kLanes = Rec::kLanes, kGroups = Rec::kGroups, kRowsPerLane = Rec::kRowsPerLane;
+  static constexpr int kRowsPerWarp = Rec::kRowsPerWarp;
+  static constexpr int kRows = kWarps * kRowsPerWarp;
+  static constexpr int kMinBlocks = GDN_STEP_MB;
+  static_assert(kThreads <= 1024, "a block is at most 1024 threads");
+};
+
+// Sum over the kLanes lanes of a lane group (every lane of the group gets it).
+template <int kLanes>
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+  for (int m = kLanes / 2; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+// Element ki of row vi of one value head's state, in either layout.
+__device__ __forceinline__ int64_t state_elem(const RecurrentParams& p, int vi, int ki) {
+  return p.kv_layout ? static_cast<int64_t>(ki) * p.V + vi : static_cast<int64_t>(vi) * p.K + ki;
+}
+
+// A lane's EPL contiguous elements moved as one vector when the row is dense and aligned.
+template <int kBytes>
+struct VecOf { using type = void; };
+template <> struct VecOf<16> { using type = uint4; };
+template <> struct VecOf<8> { using type = uint2; };
+template <> struct VecOf<4> { using type = uint32_t; };
+
+// kDense: "vk" layout, K == 32 EPL, 16-byte aligned slots (decided on the host).
+template <typename TState, int EPL>
+constexpr bool kHasVec = !std::is_void_v<typename VecOf<(EPL * sizeof(TState) < 16 ? EPL * sizeof(TState) : 16)>::type>;
+
+template <typename TState, int EPL, bool kDense>
+__device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
+                                         float (&s)[EPL]) {
+  const TState* base = static_cast<const TState*>(p.state) + slot * p.state_slot_stride +
+                       static_cast<int64_t>(hv) * p.V * p.K;
+  constexpr int kBytes = EPL * sizeof(TState);
+  constexpr int kChunk = kBytes < 16 ? kBytes : 16;
+  using Vec = typename VecOf<kChunk>::type;
+  if constexpr (kDense && !std::is_void_v<Vec>) {
+    {
+      const Vec* src = reinterpret_cast<const Vec*>(base + state_elem(p, vi, ln * EPL));
+      constexpr int kPer = kChunk / sizeof(TState);
+#pragma unroll
+      for (int c = 0; c < kBytes / kChunk; ++c) {
+        Vec u = __ldcs(src + c);  // streamed: read once
+        const TState* e = reinterpret_cast<const TState*>(&u);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) s[c * kPer + j] = to_float(e[j]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) {
+      const int ki = ln * EPL + j;
+      s[j] = ki < p.K ? to_float(base[state_elem(p, vi, ki)]) : 0.f;
+    }
+  }
+}
+
+template <typename TState, int EPL, bool kDense>
+__device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
+                                          const float (&s)[EPL]) {
+  TState* base = static_cast<TState*>(p.state) + slot * p.state_slot_stride + static_cast<int64_t>(hv) * p.V * p.K;
+  constexpr int kBytes = EPL * sizeof(TState);
+  constexpr int kChunk = kBytes < 16 ? kBytes : 16;
+  using Vec = typename VecOf<kChunk>::type;
+  if constexpr (kDense && !std::is_void_v<Vec>) {
+    {
+      Vec* dst = reinterpret_cast<Vec*>(base + state_elem(p, vi, ln * EPL));
+      constexpr int kPer = kChunk / sizeof(TState);
+#pragma unroll
+      for (int c = 0; c < kBytes / kChunk; ++c) {
+        Vec u;
+        TState* e = reinterpret_cast<TState*>(&u);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) e[j] = from_float<TState>(s[c * kPer + j]);
+        __stcs(dst + c, u);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) {
+      const int ki = ln * EPL + j;
+      if (ki < p.K) base[state_elem(p, vi, ki)] = from_float<TState>(s[j]);
+    }
+  }
+}
+
+// Global row of local token j of a group (-1 when outside the buffer).
+__device__ __forceinline__ int64_t global_row(const GroupMeta& g, int64_t j, int64_t num_rows) {
+  const int64_t r = g.token_indx.present() ? g.token_indx(j) : j;
+  return (r >= 0 && r < num_rows) ? r : -1;
+}
+
+
+// Slots of verify columns 1..kNearCols are loaded with the other metadata, so the read slot of
+// a sequence that accepted up to kNearCols + 1 tokens costs no dependent load.
+constexpr int kNearCols = 3;
+
+// One sequence's metadata (SPEC.md §3), read with independent loads (all in bounds: i < n).
+struct SeqInfo {
+  rules::TokenRange tr;
+  int64_t slot0, read_slot, acc;
+  bool init, pad;
+};
+__device__ __forceinline__ SeqInfo resolve_seq(const RecurrentParams& p, const GroupMeta& g, int64_t i, bool fused) {
+  SeqInfo si;
+  const int64_t lo = g.qsl(i), hi = g.qsl(i + 1);
+  si.slot0 = g.slots(i, 0);
+  const int64_t na = g.spec ? g.num_accepted(i) : 1;
+  si.init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
+  int64_t col_slot[kNearCols];
+#pragma unroll
+  for (int j = 0; j < kNearCols; ++j) col_slot[j] = (g.spec && j + 1 < g.cols) ? g.slots(i, j + 1) : si.slot0;
+  si.tr = rules::token_range(lo, hi, g.limit);
+  si.acc = g.spec ? rules::accepted(na, g.cols) : 1;
+  si.read_slot = si.slot0;
+#pragma unroll
+  for (int j = 0; j < kNearCols; ++j)
+    if (si.acc == j + 2) si.read_slot = col_slot[j];
+  if (si.acc > kNearCols + 1) si.read_slot = g.slots(i, si.acc - 1);
+  si.pad = !rules::slot_valid(si.slot0, p.num_slots, p.has_null, p.null_id) ||
+           !rules::slot_valid(si.read_slot, p.num_slots, p.has_null, p.null_id);
+  if (fused) si.pad = si.pad || !rules::slot_valid(si.slot0, p.conv.num_slots, p.has_null, p.null_id);
+  return si;
+}
+
+// One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with
+// j G >= vlim are past V). sq, sk: raw q and k (KP each, zero past K); sv: v of the block's rows;
+// a, b: the token's gate inputs. Returns o of row ln for lanes ln < R.
+template <int L, int G, int R, int EPL>
+__device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq, const float* sk, const float* sv,
+                                             int lrow0, int vlim, float a, float b, float A, float dtb, float scale,
+                                             int ln) {
+  float kr[EPL], qr[EPL], kk = 0.f, qq = 0.f;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    kr[e] = sk[ln * EPL + e];
+    qr[e] = sq[ln * EPL + e];
+    kk += kr[e] * kr[e];
+    qq += qr[e] * qr[e];
+  }
+  const float kn = 1.f / sqrtf(group_sum<L>(kk) + 1e-6f);    // k^ = k / |k|
+  const float qn = scale / sqrtf(group_sum<L>(qq) + 1e-6f);  // q^ = q / |q| * scale
+  const float gate = A * rules::softplus(a + dtb);           // g = -exp(A_log) softplus(a + dt_bias)
+  const float beta = 1.f / (1.f + expf(-b));                 // beta = sigmoid(b)
+  const float decay = expf(gate);
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    kr[e] *= kn;
+    qr[e] *= qn;
+  }
+  float dot[R], ov[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    dot[j] = 0.f;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+      s[j][e] *= decay;  // S = exp(g) S
+      dot[j] += s[j][e] * kr[e];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) dot[j] = group_sum<L>(dot[j]);
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const float d = beta * ((j * G < vlim ? sv[lrow0 + j * G] : 0.f) - dot[j]);  // d = beta (v - S k^)
+    ov[j] = 0.f;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+      s[j][e] += d * kr[e];      // S += d k^T
+      ov[j] += s[j][e] * qr[e];  // o = S q^
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) ov[j] = group_sum<L>(ov[j]);
+  float mine = ov[0];
+#pragma unroll
+  for (int j = 1; j < R; ++j) mine = ln == j ? ov[j] : mine;
+  return mine;
+}
+
+}  // namespace gdn::cuda
