@@ -131,26 +131,13 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
     }
   }
   const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
-  // Inputs of token t (the conv input of this thread's channel, gate inputs for tid < 2), loaded
-  // one token ahead so that their latency hides behind the previous token / the prologue.
-  const TAct* qkvz = static_cast<const TAct*>(p.src.qkvz);
-  const TAct* ba = static_cast<const TAct*>(p.src.ba);
-  const int ab_col = tid == 0 ? PL.a_col(hv) : PL.b_col(hv);
-  auto load_x = [&](int64_t row) { return ch >= 0 ? qkvz[row * p.src.qkvz_rs + col] : TAct(0.f); };
-  auto load_ab = [&](int64_t row) { return tid < 2 ? ba[row * p.src.ba_rs + ab_col] : TAct(0.f); };
-  int64_t row = global_row(g, tr.begin, out_rows);
-  TAct x_next = load_x(row), ab_next = load_ab(row);
   cluster_wait();  // every block of the cluster has started: pushes may begin
 
   for (int64_t t = 0; t < tr.len; ++t) {
     const int buf = static_cast<int>(t & 1);
-    const TAct x = x_next, ab = ab_next;
-    const int64_t next_row = t + 1 < tr.len ? global_row(g, tr.begin + t + 1, out_rows) : row;
-    if (t + 1 < tr.len) {
-      x_next = load_x(next_row);
-      ab_next = load_ab(next_row);
-    }
+    const int64_t row = global_row(g, tr.begin + t, out_rows);
     if (ch >= 0) {
+      const TAct x = static_cast<const TAct*>(p.src.qkvz)[row * p.src.qkvz_rs + col];
       float a = bias;
 #pragma unroll
       for (int j = 0; j < kMaxW - 1; ++j)
@@ -173,7 +160,10 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
         if (j == W - 2) win[j] = x;
       if (g.spec && t < g.cols) pool[(W - 2 + t) * D] = x;  // rolling: row W-2+t <- u_t
     }
-    if (tid < 2) s_ab[buf][tid] = to_float(ab);
+    if (tid < 2) {
+      const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
+      s_ab[buf][tid] = to_float(ba[tid == 0 ? PL.a_col(hv) : PL.b_col(hv)]);
+    }
     cluster.sync();  // token t's q, k (whole cluster), v and gates (this block) are in place
     const float mine = recur_token<L, G, R, EPL>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0, p.V - row0,
                                                  s_ab[buf][0], s_ab[buf][1], A, dtb, p.scale, ln);
@@ -186,7 +176,6 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
         for (int j = 0; j < R; ++j)
           if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, slot, hv, row0 + j * G, ln, s[j]);
     }
-    row = next_row;
   }
   if (!g.spec) {
 #pragma unroll
