@@ -79,7 +79,7 @@ struct RecTraits {
 #define GDN_STEP_WARPS 4
 #endif
 #ifndef GDN_STEP_MB
-#define GDN_STEP_MB 6
+#define GDN_STEP_MB 8
 #endif
 template <typename TState>
 struct StepTraits {
