@@ -33,33 +33,14 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
-// 16-byte asynchronous copies global -> shared (no registers held while in flight).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_commit_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\ncp.async.wait_all;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
 template <typename TAct, typename TState, int KP, bool kDense>
 __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TState>::kMinBlocks)
     fused_step_kernel(const __grid_constant__ RecurrentParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Tr = StepTraits<TState>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
-  constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads, kPasses = Tr::kPasses, RP = R / kPasses;
+  constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
   static_assert(KP % L == 0, "K padded to whole lane groups");
-  static_assert(R % kPasses == 0, "whole rows per pass");
   __shared__ float s_qk[2][2 * KP];  // raw conv outputs [q | k] of the key head, by token parity
   __shared__ float s_v[2][kRows], s_ab[2][2];
   cluster_arrive_relaxed();
@@ -77,31 +58,13 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
   const SeqInfo si = resolve_seq(p, g, i, true);
   const auto tr = si.tr;
 
-  // The state rows live in shared memory between tokens (registers only inside recur_token), so
-  // the conv phase has the register file to itself. Thread t's 16-byte chunk c sits at
-  // s_rows[c * kThreads + t]: every thread reads and writes only its own chunks (no barriers), and
-  // a warp's accesses are contiguous. Dense rows arrive by cp.async (no registers in flight) as raw
-  // TState, and are float32 after the first token.
-  constexpr int kRowBytes = EPL * static_cast<int>(sizeof(TState));
-  constexpr bool kAsync = kDense && kRowBytes % 16 == 0;  // implies whole float chunks
-  constexpr int kRawChunks = kRowBytes / 16, kF32Chunks = EPL * 4 / 16;  // per row
-  constexpr bool kChunked = (EPL * 4) % 16 == 0;  // else float slots: element (j, e) at (j EPL + e) kThreads + t
-  __shared__ uint4 s_rows[R * EPL * kThreads / 4];
-  float* s_flt = reinterpret_cast<float*>(s_rows);
-  const bool load_state = tr.len > 0 && !si.pad && si.init;
-  if constexpr (kAsync) {
-    if (load_state) {
-      const TState* base = static_cast<const TState*>(p.state) + si.read_slot * p.state_slot_stride +
-                           static_cast<int64_t>(hv) * p.V * p.K;
+  float s[R][EPL];
 #pragma unroll
-      for (int j = 0; j < R; ++j)
-        if (row0 + j * G < p.V) {
-          const uint4* src = reinterpret_cast<const uint4*>(base + static_cast<int64_t>(row0 + j * G) * p.K + ln * EPL);
+  for (int j = 0; j < R; ++j) {
 #pragma unroll
-          for (int c = 0; c < kRawChunks; ++c) cp_async16(&s_rows[(j * kRawChunks + c) * kThreads + tid], src + c);
-        }
-      cp_async_commit();
-    }
+    for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
+    if (tr.len > 0 && !si.pad && si.init && row0 + j * G < p.V)
+      load_row<TState, EPL, kDense>(p, si.read_slot, hv, row0 + j * G, ln, s[j]);
   }
   copy_z<TAct, kThreads>(p.src, p.z, p.z_rs, blockIdx.x + gridDim.x * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z),
                          int64_t{gridDim.x} * gridDim.y * gridDim.z);
@@ -146,26 +109,26 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
   }
   const bool is_qk = tid < per;
   const int W = p.conv.W;
+  float w[kMaxW], bias = 0.f;
+  TAct win[kMaxW - 1];  // the W-1 inputs before the current token, oldest first
+  int col = 0;
+  TAct* pool = static_cast<TAct*>(p.conv.state);
   const int64_t D = p.conv.D;
-  // The channel's window (the W-1 inputs before the current token, oldest first) lives in shared
-  // memory between tokens, its weights in L1: nothing of the conv stays in registers across the
-  // recurrence.
-  __shared__ float s_win[kMaxW - 1][kThreads];
-  auto pool_at = [&](int64_t r) -> TAct& {
-    return static_cast<TAct*>(p.conv.state)[si.slot0 * p.conv.slot_stride + r * D + ch];
-  };
   if (ch >= 0) {
-    const int64_t base = g.spec ? si.acc - 1 : 0;
-    TAct win[kMaxW - 1];
+    pool += si.slot0 * p.conv.slot_stride + ch;
+    col = PL.conv_col(ch);
+    const TAct* wr = static_cast<const TAct*>(p.conv.weight) + static_cast<int64_t>(ch) * p.conv.weight_rs;
 #pragma unroll
-    for (int j = 0; j < kMaxW - 1; ++j) win[j] = (j < W - 1 && (si.init || g.spec)) ? pool_at(base + j) : TAct(0.f);
+    for (int j = 0; j < kMaxW; ++j) w[j] = j < W ? to_float(wr[j]) : 0.f;
+    if (p.conv.bias) bias = to_float(static_cast<const TAct*>(p.conv.bias)[ch]);
+    const int64_t base = g.spec ? si.acc - 1 : 0;
+#pragma unroll
+    for (int j = 0; j < kMaxW - 1; ++j) win[j] = (j < W - 1 && (si.init || g.spec)) ? pool[(base + j) * D] : TAct(0.f);
     if (g.spec) {  // rolling: rows 0..W-3 <- old rows base+1..base+W-2
 #pragma unroll
       for (int j = 0; j < kMaxW - 2; ++j)
-        if (j < W - 2) pool_at(j) = win[j + 1];
+        if (j < W - 2) pool[j * D] = win[j + 1];
     }
-#pragma unroll
-    for (int j = 0; j < kMaxW - 1; ++j) s_win[j][tid] = to_float(win[j]);
   }
   const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
   cluster_wait();  // every block of the cluster has started: pushes may begin
@@ -174,15 +137,14 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
     const int buf = static_cast<int>(t & 1);
     const int64_t row = global_row(g, tr.begin + t, out_rows);
     if (ch >= 0) {
-      const TAct* wr = static_cast<const TAct*>(p.conv.weight) + static_cast<int64_t>(ch) * p.conv.weight_rs;
-      const TAct x = static_cast<const TAct*>(p.src.qkvz)[row * p.src.qkvz_rs + PL.conv_col(ch)];
-      float a = p.conv.bias ? to_float(static_cast<const TAct*>(p.conv.bias)[ch]) : 0.f;
+      const TAct x = static_cast<const TAct*>(p.src.qkvz)[row * p.src.qkvz_rs + col];
+      float a = bias;
 #pragma unroll
       for (int j = 0; j < kMaxW - 1; ++j)
-        if (j < W - 1) a += to_float(wr[j]) * s_win[j][tid];
+        if (j < W - 1) a += w[j] * to_float(win[j]);
 #pragma unroll
       for (int j = 0; j < kMaxW; ++j)
-        if (j == W - 1) a += to_float(wr[j]) * to_float(x);
+        if (j == W - 1) a += w[j] * to_float(x);
       if (p.conv.silu) a = silu(a);
       const float y = round_to<TAct>(a);  // the conv output is stored in the activation dtype
       if (is_qk) {
@@ -192,87 +154,38 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
       }
 #pragma unroll
       for (int j = 0; j < kMaxW - 2; ++j)
-        if (j < W - 2) s_win[j][tid] = s_win[j + 1][tid];
+        if (j < W - 2) win[j] = win[j + 1];
 #pragma unroll
       for (int j = 0; j < kMaxW - 1; ++j)
-        if (j == W - 2) s_win[j][tid] = to_float(x);
-      if (g.spec && t < g.cols) pool_at(W - 2 + t) = x;  // rolling: row W-2+t <- u_t
+        if (j == W - 2) win[j] = x;
+      if (g.spec && t < g.cols) pool[(W - 2 + t) * D] = x;  // rolling: row W-2+t <- u_t
     }
     if (tid < 2) {
       const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
       s_ab[buf][tid] = to_float(ba[tid == 0 ? PL.a_col(hv) : PL.b_col(hv)]);
     }
     cluster.sync();  // token t's q, k (whole cluster), v and gates (this block) are in place
-    // The rows in kPasses passes of RP rows each (fewer registers; the token's q, k are shared).
-    const int64_t slot = g.spec && t < g.cols ? g.slots(i, t) : si.slot0;
-    const bool store = g.spec ? (t < g.cols && rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id))
-                              : t + 1 == tr.len;
+    const float mine = recur_token<L, G, R, EPL>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0, p.V - row0,
+                                                 s_ab[buf][0], s_ab[buf][1], A, dtb, p.scale, ln);
+    if (ln < R && row0 + ln * G < p.V)
+      o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] = from_float<TAct>(mine);
+    if (g.spec && t < g.cols) {
+      const int64_t slot = g.slots(i, t);
+      if (rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id))
 #pragma unroll
-    for (int ps = 0; ps < kPasses; ++ps) {
-      float s[RP][EPL];
-#pragma unroll
-      for (int jj = 0; jj < RP; ++jj) {
-        const int j = ps * RP + jj;  // the lane group's row step
-        if (t == 0) {                // the state as read from the pool (zero without initial state)
-#pragma unroll
-          for (int e = 0; e < EPL; ++e) s[jj][e] = 0.f;
-          if constexpr (kAsync) {
-            if (load_state) {
-              if (j == 0) cp_async_commit_wait_all();
-#pragma unroll
-              for (int c = 0; c < kRawChunks; ++c) {
-                const uint4 u = s_rows[(j * kRawChunks + c) * kThreads + tid];
-                const TState* e = reinterpret_cast<const TState*>(&u);
-                constexpr int kPer = 16 / sizeof(TState);
-#pragma unroll
-                for (int q = 0; q < kPer; ++q) s[jj][c * kPer + q] = to_float(e[q]);
-              }
-            }
-          } else if (load_state && row0 + j * G < p.V) {
-            load_row<TState, EPL, kDense>(p, si.read_slot, hv, row0 + j * G, ln, s[jj]);
-          }
-        } else if constexpr (kChunked) {  // float32, as the previous token left it
-#pragma unroll
-          for (int c = 0; c < kF32Chunks; ++c) {
-            const uint4 u = s_rows[(j * kF32Chunks + c) * kThreads + tid];
-            s[jj][4 * c] = __uint_as_float(u.x);
-            s[jj][4 * c + 1] = __uint_as_float(u.y);
-            s[jj][4 * c + 2] = __uint_as_float(u.z);
-            s[jj][4 * c + 3] = __uint_as_float(u.w);
-          }
-        } else {
-#pragma unroll
-          for (int e = 0; e < EPL; ++e) s[jj][e] = s_flt[(j * EPL + e) * kThreads + tid];
-        }
-      }
-      const int prow0 = row0 + ps * RP * G;  // this pass's first row
-      const float mine = recur_token<L, G, RP, EPL>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0 + ps * RP * G,
-                                                    p.V - prow0, s_ab[buf][0], s_ab[buf][1], A, dtb, p.scale, ln);
-      if (ln < RP && prow0 + ln * G < p.V)
-        o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + prow0 + ln * G] = from_float<TAct>(mine);
-#pragma unroll
-      for (int jj = 0; jj < RP; ++jj) {
-        const int j = ps * RP + jj;
-        if (t + 1 < tr.len) {
-          if constexpr (kChunked) {
-#pragma unroll
-            for (int c = 0; c < kF32Chunks; ++c)
-              s_rows[(j * kF32Chunks + c) * kThreads + tid] =
-                  make_uint4(__float_as_uint(s[jj][4 * c]), __float_as_uint(s[jj][4 * c + 1]),
-                             __float_as_uint(s[jj][4 * c + 2]), __float_as_uint(s[jj][4 * c + 3]));
-          } else {
-#pragma unroll
-            for (int e = 0; e < EPL; ++e) s_flt[(j * EPL + e) * kThreads + tid] = s[jj][e];
-          }
-        }
-        if (store && row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, slot, hv, row0 + j * G, ln, s[jj]);
-      }
+        for (int j = 0; j < R; ++j)
+          if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, slot, hv, row0 + j * G, ln, s[j]);
     }
   }
-  if (!g.spec && ch >= 0)  // the last W-1 inputs of (window ++ tokens)
+  if (!g.spec) {
 #pragma unroll
-    for (int j = 0; j < kMaxW - 1; ++j)
-      if (j < W - 1) pool_at(j) = from_float<TAct>(s_win[j][tid]);
+    for (int j = 0; j < R; ++j)
+      if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, si.slot0, hv, row0 + j * G, ln, s[j]);
+    if (ch >= 0)  // the last W-1 inputs of (window ++ tokens)
+#pragma unroll
+      for (int j = 0; j < kMaxW - 1; ++j)
+        if (j < W - 1) pool[j * D] = win[j];
+  }
 #else
   __trap();  // launched on sm_90 and later only
 #endif

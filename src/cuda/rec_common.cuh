@@ -73,17 +73,13 @@ struct RecTraits {
   static_assert(kRowsPerLane >= 1 && kRowsPerLane <= kLanes, "lane j of a group stores o of its row j");
 };
 
-// The one-launch fused step (fused_step.cuh): blocks of GDN_STEP_WARPS warps with the plain
-// kernel's lane mapping, GDN_STEP_MB resident per SM, rows in shared memory between tokens and
-// in registers GDN_STEP_PASSES-th at a time.
+// The one-launch fused step (fused_step.cuh): blocks of kStepWarps warps with the plain kernel's
+// lane mapping, kStepMB resident per SM.
 #ifndef GDN_STEP_WARPS
 #define GDN_STEP_WARPS 4
 #endif
 #ifndef GDN_STEP_MB
 #define GDN_STEP_MB 8
-#endif
-#ifndef GDN_STEP_PASSES
-#define GDN_STEP_PASSES 2  // a lane group's rows go through the recurrence in this many passes
 #endif
 template <typename TState>
 struct StepTraits {
@@ -94,7 +90,6 @@ struct StepTraits {
   static constexpr int kRowsPerWarp = Rec::kRowsPerWarp;
   static constexpr int kRows = kWarps * kRowsPerWarp;
   static constexpr int kMinBlocks = GDN_STEP_MB;
-  static constexpr int kPasses = GDN_STEP_PASSES;
   static_assert(kThreads <= 1024, "a block is at most 1024 threads");
 };
 
