@@ -56,17 +56,26 @@ namespace gdn::cuda {
 #define GDN_FUSED_MB 2
 #endif
 
-template <typename TState, bool kFused>
+// Small batches of 16-bit state are latency-bound: there the plain kernel uses four-warp blocks of
+// four rows per warp, a row per warp-wide lane group (bench/RESULTS.md: N = 1 4.7 us against 6.2 us
+// with the large-batch shape), when sequences x value heads <= GDN_REC_SMALL_BATCH.
+#ifndef GDN_REC_SMALL_BATCH
+#define GDN_REC_SMALL_BATCH 128
+#endif
+
+template <typename TState, bool kFused, bool kSmall = false>
 struct RecTraits {
   static constexpr bool kWide = sizeof(TState) == 4;
-  static constexpr int kWarps = kFused ? GDN_FUSED_WARPS : (kWide ? GDN_REC_WARPS_F32 : GDN_REC_WARPS_16);
+  static constexpr bool kAlt = kSmall && !kWide && !kFused;  // the small-batch 16-bit shape
+  static constexpr int kWarps = kFused ? GDN_FUSED_WARPS : kAlt ? 4 : (kWide ? GDN_REC_WARPS_F32 : GDN_REC_WARPS_16);
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kLanes = kWide ? GDN_REC_LANES_F32 : GDN_REC_LANES_16;  // lanes per state row
-  static constexpr int kGroups = 32 / kLanes;                                   // lane groups per warp
-  static constexpr int kRowsPerLane =
-      kFused ? (kWide ? GDN_FUSED_ROWS_F32 : GDN_FUSED_ROWS_16) : (kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16);
+  static constexpr int kLanes = kAlt ? 32 : (kWide ? GDN_REC_LANES_F32 : GDN_REC_LANES_16);  // lanes per row
+  static constexpr int kGroups = 32 / kLanes;                                                  // groups per warp
+  static constexpr int kRowsPerLane = kFused ? (kWide ? GDN_FUSED_ROWS_F32 : GDN_FUSED_ROWS_16)
+                                      : kAlt ? 4
+                                             : (kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16);
   static constexpr int kRowsPerWarp = kRowsPerLane * kGroups;
-  static constexpr int kMinBlocks = kFused ? GDN_FUSED_MB : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
+  static constexpr int kMinBlocks = kFused ? GDN_FUSED_MB : kAlt ? 10 : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
   static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
   static_assert(kThreads <= 1024 && kThreads % 32 == 0, "a block is whole warps, at most 1024 threads");
   static_assert(kLanes == 8 || kLanes == 16 || kLanes == 32, "a lane group is 8, 16 or 32 lanes");

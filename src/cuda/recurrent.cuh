@@ -58,10 +58,11 @@ __device__ __forceinline__ float conv_token(const RecurrentParams& p, const Grou
   return round_to<TAct>(acc);  // the conv output is stored in the activation dtype
 }
 
-template <typename TAct, typename TState, int KP, bool kFused, bool kDense>
-__global__ void __launch_bounds__(RecTraits<TState, kFused>::kThreads, RecTraits<TState, kFused>::kMinBlocks)
+template <typename TAct, typename TState, int KP, bool kFused, bool kDense, bool kSmall>
+__global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
+                                  RecTraits<TState, kFused, kSmall>::kMinBlocks)
     recurrent_kernel(const __grid_constant__ RecurrentParams p) {
-  using Tr = RecTraits<TState, kFused>;
+  using Tr = RecTraits<TState, kFused, kSmall>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
   static_assert(KP % L == 0, "K padded to whole lane groups");
@@ -186,30 +187,35 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
   if (nseq == 0) return Status::Ok();  // (fused: the caller's conv kernel copies z)
   auto go = [&](auto kp_tag) -> Status {
     constexpr int KP = decltype(kp_tag)::value;
-    constexpr int EPL = KP / RecTraits<TS, false>::kLanes;  // every recurrent kernel's lane mapping
-    const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == KP;
-    auto launch = [&](auto dense_tag, auto fused_tag) -> Status {
-      constexpr bool kDense = decltype(dense_tag)::value, kF = decltype(fused_tag)::value;
+    auto run = [&](auto fused_tag, auto small_tag) -> Status {
+      constexpr bool kF = decltype(fused_tag)::value, kS = decltype(small_tag)::value;
+      using Tr = RecTraits<TS, kF, kS>;
+      constexpr int EPL = KP / Tr::kLanes;
+      const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == KP;
       if constexpr (kF) {
-        if (allow_one_launch) {
-          std::optional<Status> st = launch_fused_step<TAct, TS, KP, kDense>(p, nseq, stream);
+        if (allow_one_launch) {  // the one-launch step has the plain kernel's (large-batch) lanes
+          static_assert(RecTraits<TS, false>::kLanes == Tr::kLanes, "one dense decision for both fused forms");
+          std::optional<Status> st = dense ? launch_fused_step<TAct, TS, KP, true>(p, nseq, stream)
+                                           : launch_fused_step<TAct, TS, KP, false>(p, nseq, stream);
           if (st) {
             *one_launch = st->ok();
             return *st;
           }
         }
       }
-      using Tr = RecTraits<TS, kF>;
       const dim3 grid(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
                       static_cast<unsigned>(nseq));
-      recurrent_kernel<TAct, TS, KP, kF, kDense><<<grid, Tr::kThreads, 0, stream>>>(p);
+      if (dense) recurrent_kernel<TAct, TS, KP, kF, true, kS><<<grid, Tr::kThreads, 0, stream>>>(p);
+      else recurrent_kernel<TAct, TS, KP, kF, false, kS><<<grid, Tr::kThreads, 0, stream>>>(p);
       GDN_CUDA_CHECK(cudaGetLastError());
       return Status::Ok();
     };
     using T = std::true_type;
     using F = std::false_type;
-    if (fused) return dense ? launch(T{}, T{}) : launch(F{}, T{});
-    return dense ? launch(T{}, F{}) : launch(F{}, F{});
+    if (fused) return run(T{}, F{});
+    if constexpr (sizeof(TS) == 2)
+      if (nseq * p.HV <= GDN_REC_SMALL_BATCH) return run(F{}, T{});
+    return run(F{}, F{});
   };
   if (p.K <= 32) return go(std::integral_constant<int, 32>{});
   if (p.K <= 64) return go(std::integral_constant<int, 64>{});

@@ -1,0 +1,67 @@
+// The CUDA recurrent kernel picks its block shape from the batch: 16-bit state with
+// sequences x value heads <= 128 (GDN_REC_SMALL_BATCH) uses the small-batch shape (four-warp blocks,
+// a row per warp), larger batches the large-batch shape (one-warp blocks, 16 lanes per row).
+//   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), decode
+//     (non-spec, one token per sequence) and verify (T = 3, ragged accepted counts), N = 2
+//     (64 sequence-heads: small) and N = 12 (384: large), for each state dtype; outputs and every
+//     state slot against the CPU backend.
+// Tolerances: same float32 math in another summation order; outputs are bf16: rel L2 1e-2; states
+// rel L2 1e-5 in float32, 1e-2 in 16 bits (a rounding of the stored state may differ).
+#include "prop_ops.h"
+
+namespace gdn::prop {
+namespace {
+
+struct ShapeParam {
+  DType state;
+  int64_t n;
+  bool verify;
+};
+std::string shape_name(const ::testing::TestParamInfo<ShapeParam>& i) {
+  return std::string("state") + dtype_short(i.param.state) + "_N" + std::to_string(i.param.n) +
+         (i.param.verify ? "_verify" : "_decode");
+}
+
+class CudaShapes : public ::testing::TestWithParam<ShapeParam> {};
+
+TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
+  PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
+  const ShapeParam& prm = GetParam();
+  const int64_t n = prm.n, H = 16, HV = 32, K = 128, V = 128, cols = prm.verify ? 3 : 1;
+  Rng r(9700 + n * 2 + prm.verify);
+  std::vector<int64_t> lens(n, prm.verify ? 3 : 1), acc(n), slot_ids(n * cols);
+  for (int64_t i = 0; i < n; ++i) acc[i] = r.randint(1, cols);
+  for (int64_t s = 0; s < n * cols; ++s) slot_ids[s] = s;
+  for (int64_t s = n * cols - 1; s > 0; --s) std::swap(slot_ids[s], slot_ids[r.randint(0, s)]);
+  std::vector<std::vector<int64_t>> rows(n, std::vector<int64_t>(cols));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < cols; ++c) rows[i][c] = slot_ids[i * cols + c];
+  const std::vector<int64_t> qsl_v = prefix_sum(lens);
+  Buf qsl = index_buf(qsl_v);
+  Buf slots = prm.verify ? index_buf2(rows, cols) : index_buf(slot_ids);
+  Buf nacc = index_buf(acc);
+  GdrIn in = make_gdr_in(r, qsl_v.back(), H, HV, K, V, DType::kBFloat16, DType::kFloat32);
+  Buf pool = make_ssm_pool(prm.state, n * cols + 1, HV, K, V, StateLayout::kVK);
+  fill_normal(pool, r, 0.3);
+  Buf pool_cpu = pool, o_cpu(DType::kBFloat16, {qsl_v.back(), HV, V}), o_gpu = o_cpu;
+  SCOPED_TRACE(::testing::Message() << "state " << dtype_short(prm.state) << ", N " << n << ", "
+                                    << (prm.verify ? "verify T=3" : "decode"));
+  Buf* nacc_ptr = prm.verify ? &nacc : nullptr;
+  PROP_ASSERT_OK(run_gdr(Backend::kCPU, false, in, pool_cpu, StateLayout::kVK, qsl, slots, nacc_ptr, nullptr, o_cpu));
+  PROP_ASSERT_OK(run_gdr(Backend::kCUDA, false, in, pool, StateLayout::kVK, qsl, slots, nacc_ptr, nullptr, o_gpu));
+  const double tol = 1e-2;  // the outputs are bf16 in every case
+  const int64_t no = o_cpu.numel();
+  EXPECT_LE(rel_l2(o_gpu, o_cpu, {{0, no}}, {{0, no}}), tol) << "o: relative L2 error vs the CPU";
+  const double stol = prm.state == DType::kFloat32 ? 1e-5 : 1e-2;
+  for (int64_t s = 0; s < pool.rows(); ++s) expect_slot_close(pool, s, pool_cpu, s, stol, "ssm_state vs the CPU");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaShapes,
+                         ::testing::Values(ShapeParam{DType::kBFloat16, 2, false}, ShapeParam{DType::kBFloat16, 12, false},
+                                           ShapeParam{DType::kBFloat16, 2, true}, ShapeParam{DType::kBFloat16, 12, true},
+                                           ShapeParam{DType::kFloat16, 2, true}, ShapeParam{DType::kFloat16, 12, true},
+                                           ShapeParam{DType::kFloat32, 2, true}, ShapeParam{DType::kFloat32, 12, true}),
+                         shape_name);
+
+}  // namespace
+}  // namespace gdn::prop
