@@ -1,5 +1,5 @@
 // The CUDA recurrent kernel picks its block shape from the batch: 16-bit state with
-// sequences x value heads <= 128 (GDN_REC_SMALL_BATCH) uses the small-batch shape (four-warp blocks,
+// sequences x value heads <= 64 (GDN_REC_SMALL_BATCH) uses the small-batch shape (four-warp blocks,
 // a row per warp), larger batches the large-batch shape (one-warp blocks, 16 lanes per row).
 //   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), decode
 //     (non-spec, one token per sequence) and verify (T = 3, ragged accepted counts), N = 2

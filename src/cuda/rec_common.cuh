@@ -57,10 +57,11 @@ namespace gdn::cuda {
 #endif
 
 // Small batches of 16-bit state are latency-bound: there the plain kernel uses four-warp blocks of
-// four rows per warp, a row per warp-wide lane group (bench/RESULTS.md: N = 1 4.7 us against 6.2 us
-// with the large-batch shape), when sequences x value heads <= GDN_REC_SMALL_BATCH.
+// four rows per warp, a row per warp-wide lane group, when sequences x value heads <=
+// GDN_REC_SMALL_BATCH (H200, bench/RESULTS.md: at 32..48 sequence-heads the small shape was 5-11%
+// faster than the large-batch one, at 128 6-20% slower).
 #ifndef GDN_REC_SMALL_BATCH
-#define GDN_REC_SMALL_BATCH 128
+#define GDN_REC_SMALL_BATCH 64
 #endif
 
 template <typename TState, bool kFused, bool kSmall = false>
