@@ -70,6 +70,21 @@ TEST(CudaStreams, TwoStreamsAtOnce) {
   }
 }
 
+// A random mixed batch (prefills up to max_prefill tokens, decodes, ragged verify with 4 columns,
+// padding) with its rows in random order.
+AttnProblem mixed_problem(uint64_t seed, DType act, DType ssm, int64_t H, int64_t HV, int64_t K, int64_t V,
+                          int64_t max_prefill) {
+  Rng r(seed);
+  AttnProblem p;
+  p.act = act; p.ssm_dtype = ssm; p.H = H; p.HV = HV; p.K = K; p.V = V; p.cols = 4;
+  MixOptions m;
+  m.max_prefill = max_prefill;
+  m.permute_rows = true;
+  make_mixed_batch(p, r, m);
+  fill_attention_data(p, r);
+  return p;
+}
+
 // ---- test (c): byte-identical results across runs ----
 
 struct DetParam {
@@ -87,14 +102,7 @@ class CudaDeterminism : public ::testing::TestWithParam<DetParam> {};
 TEST_P(CudaDeterminism, ByteIdenticalAcrossRuns) {
   GRAPH_SKIP_WITHOUT_GPU();
   const DetParam& prm = GetParam();
-  Rng r(9400 + prm.K + prm.V);
-  AttnProblem p;
-  p.act = prm.act; p.ssm_dtype = prm.ssm; p.K = prm.K; p.V = prm.V; p.cols = 4;
-  MixOptions m;
-  m.max_prefill = 64;
-  m.permute_rows = true;
-  make_mixed_batch(p, r, m);
-  fill_attention_data(p, r);
+  AttnProblem p = mixed_problem(9400 + prm.K + prm.V, prm.act, prm.ssm, 2, 4, prm.K, prm.V, 64);
   SCOPED_TRACE(describe(p));
   Buf core, z;
   make_outputs(p, &core, &z, 0);
@@ -168,14 +176,7 @@ class CudaFusedLaunches : public ::testing::TestWithParam<LaunchParam> {};
 TEST_P(CudaFusedLaunches, OneAndTwoLaunchesAgree) {
   GRAPH_SKIP_WITHOUT_GPU();
   const LaunchParam& prm = GetParam();
-  Rng r(9500 + prm.HV * 7 + prm.V);
-  AttnProblem p;
-  p.act = prm.act; p.ssm_dtype = prm.ssm; p.H = prm.H; p.HV = prm.HV; p.K = prm.K; p.V = prm.V; p.cols = 4;
-  MixOptions m;
-  m.max_prefill = 40;
-  m.permute_rows = true;
-  make_mixed_batch(p, r, m);
-  fill_attention_data(p, r);
+  AttnProblem p = mixed_problem(9500 + prm.HV * 7 + prm.V, prm.act, prm.ssm, prm.H, prm.HV, prm.K, prm.V, 40);
   SCOPED_TRACE(describe(p));
   Buf core, z;
   make_outputs(p, &core, &z, 0);

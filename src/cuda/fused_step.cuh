@@ -80,14 +80,8 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
     for (int64_t t = tid; t < tr.len; t += kThreads) bad_row |= global_row(g, tr.begin + t, out_rows) < 0;
     pad = __syncthreads_or(bad_row) || pad;
   }
-  TAct* o = static_cast<TAct*>(p.o);
   if (tr.len == 0 || pad) {  // uniform over the cluster: every block leaves here
-    const int vi = row0 + ln * G;
-    if (ln < R && vi < p.V)
-      for (int64_t t = 0; t < tr.len; ++t) {
-        const int64_t row = global_row(g, tr.begin + t, out_rows);
-        if (row >= 0) o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + vi] = from_float<TAct>(0.f);
-      }
+    zero_outputs<TAct, R, G>(p, g, tr, out_rows, hv, row0, ln);
     cluster_wait();
     return;
   }
@@ -167,15 +161,7 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
     cluster.sync();  // token t's q, k (whole cluster), v and gates (this block) are in place
     const float mine = recur_token<L, G, R, EPL>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0, p.V - row0,
                                                  s_ab[buf][0], s_ab[buf][1], A, dtb, p.scale, ln);
-    if (ln < R && row0 + ln * G < p.V)
-      o[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] = from_float<TAct>(mine);
-    if (g.spec && t < g.cols) {
-      const int64_t slot = g.slots(i, t);
-      if (rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id))
-#pragma unroll
-        for (int j = 0; j < R; ++j)
-          if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, slot, hv, row0 + j * G, ln, s[j]);
-    }
+    emit_token<TAct, TState, R, EPL, G, kDense>(p, g, i, t, row, hv, row0, ln, mine, s);
   }
   if (!g.spec) {
 #pragma unroll

@@ -279,4 +279,33 @@ __device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq
   return mine;
 }
 
+// A padding sequence: zeros in o for the lane's row (lanes ln < R), every token whose row exists.
+template <typename TAct, int R, int G>
+__device__ __forceinline__ void zero_outputs(const RecurrentParams& p, const GroupMeta& g, rules::TokenRange tr,
+                                             int64_t out_rows, int hv, int row0, int ln) {
+  const int vi = row0 + ln * G;
+  if (ln < R && vi < p.V)
+    for (int64_t t = 0; t < tr.len; ++t) {
+      const int64_t row = global_row(g, tr.begin + t, out_rows);
+      if (row >= 0) static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + vi] = from_float<TAct>(0.f);
+    }
+}
+
+// After token t of sequence i: o of the lane's row (lanes ln < R, value `mine`), and for verify
+// sequences the state into column t's slot (when usable).
+template <typename TAct, typename TState, int R, int EPL, int G, bool kDense>
+__device__ __forceinline__ void emit_token(const RecurrentParams& p, const GroupMeta& g, int64_t i, int64_t t,
+                                           int64_t row, int hv, int row0, int ln, float mine,
+                                           const float (&s)[R][EPL]) {
+  if (ln < R && row0 + ln * G < p.V)
+    static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] = from_float<TAct>(mine);
+  if (g.spec && t < g.cols) {
+    const int64_t slot = g.slots(i, t);
+    if (rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id))
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+        if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, slot, hv, row0 + j * G, ln, s[j]);
+  }
+}
+
 }  // namespace gdn::cuda
