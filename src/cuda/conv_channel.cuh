@@ -1,6 +1,6 @@
-// src/cuda/conv_channel.cuh — one (sequence, conv channel) of the causal conv and the z copy,
-// shared by the conv kernel (conv.cu) and the one-launch fused gdn_attention step (recurrent.cuh),
-// which calls conv_channel once every block that reads the channel's window has read it.
+// src/cuda/conv_channel.cuh — one (sequence, conv channel) of the causal conv (conv.cu) and the z
+// copy (conv.cu and the one-launch fused step, fused_step.cuh, which follows the same pool rules
+// per channel from registers).
 //   y_t[c] = act(bias[c] + sum_{j<W} w[c, j] * u_{t-W+1+j}[c])
 // The thread reads the window into registers before it writes any row, walks the sequence's
 // tokens and writes the conv pool rows SPEC.md §3 names (raw copies of inputs: bit-exact), and y
@@ -98,20 +98,6 @@ __device__ void conv_channel(const ConvRef& cv, const TokenSource& src, const Gr
   if (!s.spec)
 #pragma unroll
     for (int j = 0; j < W - 1; ++j) at(s.slot0, j) = win[j];
-}
-
-// Runtime conv width -> conv_channel<W>; false when W is unsupported (validated before launch).
-template <typename TAct, bool kFused>
-__device__ __forceinline__ void conv_channel_w(int W, const ConvRef& cv, const TokenSource& src, const GroupMeta& g,
-                                               const ConvSeq& s, int64_t c, TAct* y, int64_t y_rs, bool has_null,
-                                               int64_t null_id) {
-  switch (W) {
-    case 2: conv_channel<TAct, 2, kFused>(cv, src, g, s, c, y, y_rs, has_null, null_id); break;
-    case 3: conv_channel<TAct, 3, kFused>(cv, src, g, s, c, y, y_rs, has_null, null_id); break;
-    case 4: conv_channel<TAct, 4, kFused>(cv, src, g, s, c, y, y_rs, has_null, null_id); break;
-    case 5: conv_channel<TAct, 5, kFused>(cv, src, g, s, c, y, y_rs, has_null, null_id); break;
-    default: break;
-  }
 }
 
 // z[row, hv, :] = its qkvz columns (contiguous in both layouts), rows < num_actual_tokens: one
