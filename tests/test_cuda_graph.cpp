@@ -112,16 +112,7 @@ AttnProblem init_graph_problem(const GraphParam& prm, Rng& r) {
   p.num_prefills = 3; p.num_decodes = kNumNs - 3; p.num_spec = kNumSpec;
   p.qkvz = Buf(p.act, {p.rows_alloc, p.qkvz_width()});
   p.ba = Buf(p.act, {p.rows_alloc, 2 * p.HV});
-  p.weight = Buf(p.act, {p.D(), p.W});
-  p.bias = Buf(p.act, {p.D()});
-  fill_normal(p.weight, r, 0.5);
-  fill_normal(p.bias, r, 0.2);
-  GdrIn consts = make_gdr_in(r, 0, p.H, p.HV, p.K, p.V, p.act, p.act);
-  p.A_log = consts.A_log;
-  p.dt_bias = consts.dt_bias;
-  const int64_t conv_rows = p.W - 2 + p.cols + 1;
-  p.conv_pool = Buf(p.act, {p.num_slots, conv_rows, p.D()}, conv_rows * p.D() + 8);
-  p.ssm_pool = make_ssm_pool(p.ssm_dtype, p.num_slots, p.HV, p.K, p.V, StateLayout::kVK, 16);
+  alloc_params_and_pools(p, r);
   return p;
 }
 

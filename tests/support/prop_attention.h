@@ -298,12 +298,9 @@ inline void make_mixed_batch(AttnProblem& p, Rng& r, const MixOptions& m) {
   p.rows_alloc = total + m.graph_pad_rows;
 }
 
-// Allocates and fills the tensors of p (after make_mixed_batch or a hand-made p.seqs).
-inline void fill_attention_data(AttnProblem& p, Rng& r) {
-  p.qkvz = Buf(p.act, {p.rows_alloc, p.qkvz_width()});
-  p.ba = Buf(p.act, {p.rows_alloc, 2 * p.HV});
-  fill_normal(p.qkvz, r, 1.0);
-  fill_normal(p.ba, r, 1.0);
+// Allocates the conv weights, bias, gate constants and both pools of p from its sizes and draws
+// the weights, bias and constants (the pools stay zero).
+inline void alloc_params_and_pools(AttnProblem& p, Rng& r) {
   p.weight = Buf(p.act, {p.D(), p.W});
   p.bias = Buf(p.act, {p.D()});
   fill_normal(p.weight, r, 0.5);
@@ -313,8 +310,17 @@ inline void fill_attention_data(AttnProblem& p, Rng& r) {
   p.dt_bias = consts.dt_bias;
   const int64_t conv_rows = p.W - 2 + p.cols + 1;
   p.conv_pool = Buf(p.act, {p.num_slots, conv_rows, p.D()}, conv_rows * p.D() + 8);
-  fill_normal(p.conv_pool, r, 1.0);
   p.ssm_pool = make_ssm_pool(p.ssm_dtype, p.num_slots, p.HV, p.K, p.V, StateLayout::kVK, 16);
+}
+
+// Allocates and fills the tensors of p (after make_mixed_batch or a hand-made p.seqs).
+inline void fill_attention_data(AttnProblem& p, Rng& r) {
+  p.qkvz = Buf(p.act, {p.rows_alloc, p.qkvz_width()});
+  p.ba = Buf(p.act, {p.rows_alloc, 2 * p.HV});
+  fill_normal(p.qkvz, r, 1.0);
+  fill_normal(p.ba, r, 1.0);
+  alloc_params_and_pools(p, r);
+  fill_normal(p.conv_pool, r, 1.0);
   fill_normal(p.ssm_pool, r, 0.3);
   build_meta(p);
 }
