@@ -57,34 +57,32 @@ std::optional<double> param_opt_double(const Case& c, const char* key) {
   return c.file.params[key].get<double>();
 }
 
+// The arguments both conv ops share: x, weight, bias, conv_state, query_start_loc, state_indices,
+// y (zero-filled), activation, null_block_id.
+template <typename Args>
+Status conv_common(Case& c, Args* a) {
+  for (auto [name, view] : {std::pair{"x", &a->x}, {"weight", &a->weight}, {"bias", &a->bias},
+                            {"conv_state", &a->conv_state}, {"query_start_loc", &a->query_start_loc},
+                            {"state_indices", &a->state_indices}})
+    GDN_RETURN_IF_ERROR(input(c, name, view));
+  GDN_RETURN_IF_ERROR(output(c, "y", a->x.dtype, {a->x.shape[0], a->x.shape[1]}, &a->y));
+  GDN_RETURN_IF_ERROR(parse_activation(param_str(c, "activation", "silu"), &a->activation));
+  a->null_block_id = param_opt_int(c, "null_block_id");
+  return Status::Ok();
+}
+
 Status run_conv_fwd(Case& c, capture::Backend backend) {
   CausalConv1dFwdArgs a;
-  GDN_RETURN_IF_ERROR(input(c, "x", &a.x));
-  GDN_RETURN_IF_ERROR(input(c, "weight", &a.weight));
-  GDN_RETURN_IF_ERROR(input(c, "bias", &a.bias));
-  GDN_RETURN_IF_ERROR(input(c, "conv_state", &a.conv_state));
-  GDN_RETURN_IF_ERROR(input(c, "query_start_loc", &a.query_start_loc));
-  GDN_RETURN_IF_ERROR(input(c, "state_indices", &a.state_indices));
+  GDN_RETURN_IF_ERROR(conv_common(c, &a));
   GDN_RETURN_IF_ERROR(input(c, "has_initial_state", &a.has_initial_state));
-  GDN_RETURN_IF_ERROR(output(c, "y", a.x.dtype, {a.x.shape[0], a.x.shape[1]}, &a.y));
-  GDN_RETURN_IF_ERROR(parse_activation(param_str(c, "activation", "silu"), &a.activation));
-  a.null_block_id = param_opt_int(c, "null_block_id");
   return capture::run_on(backend, a);
 }
 
 Status run_conv_update(Case& c, capture::Backend backend) {
   CausalConv1dUpdateArgs a;
-  GDN_RETURN_IF_ERROR(input(c, "x", &a.x));
-  GDN_RETURN_IF_ERROR(input(c, "weight", &a.weight));
-  GDN_RETURN_IF_ERROR(input(c, "bias", &a.bias));
-  GDN_RETURN_IF_ERROR(input(c, "conv_state", &a.conv_state));
-  GDN_RETURN_IF_ERROR(input(c, "query_start_loc", &a.query_start_loc));
-  GDN_RETURN_IF_ERROR(input(c, "state_indices", &a.state_indices));
+  GDN_RETURN_IF_ERROR(conv_common(c, &a));
   GDN_RETURN_IF_ERROR(input(c, "num_accepted_tokens", &a.num_accepted_tokens));
-  GDN_RETURN_IF_ERROR(output(c, "y", a.x.dtype, {a.x.shape[0], a.x.shape[1]}, &a.y));
   GDN_RETURN_IF_ERROR(parse_spec_conv_layout(param_str(c, "spec_layout", "rolling"), &a.spec_layout));
-  GDN_RETURN_IF_ERROR(parse_activation(param_str(c, "activation", "silu"), &a.activation));
-  a.null_block_id = param_opt_int(c, "null_block_id");
   return capture::run_on(backend, a);
 }
 
