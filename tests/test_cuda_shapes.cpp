@@ -1,10 +1,13 @@
 // The CUDA recurrent kernel picks its block shape from the batch: 16-bit state with
 // sequences x value heads <= 64 (GDN_REC_SMALL_BATCH) uses the small-batch shape (four-warp blocks,
-// a row per warp), larger batches the large-batch shape (one-warp blocks, 16 lanes per row).
-//   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), decode
-//     (non-spec, one token per sequence) and verify (T = 3, ragged accepted counts), N = 2
-//     (64 sequence-heads: small) and N = 12 (384: large), for each state dtype; outputs and every
-//     state slot against the CPU backend.
+// a row per warp); larger batches of dense 16-bit "vk" state the packed kernel (16 rows per warp,
+// kept as loaded for one-token sequences, two float32 halves for longer ones); float32 state the
+// large-batch shape (one-warp blocks, 16 lanes per row).
+//   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), N = 2
+//     (64 sequence-heads: small) and N = 12 (384: large), for each state dtype: decode (non-spec,
+//     one token per sequence), short non-spec sequences of 1..3 tokens, and verify (3 columns,
+//     1..3 tokens per sequence, ragged accepted counts), so that one launch mixes one-token and
+//     longer sequences; outputs and every state slot against the CPU backend.
 // Tolerances: same float32 math in another summation order; outputs are bf16: rel L2 1e-2; states
 // rel L2 1e-5 in float32, 1e-2 in 16 bits (a rounding of the stored state may differ).
 #include "prop_ops.h"
@@ -12,14 +15,15 @@
 namespace gdn::prop {
 namespace {
 
+enum class Mode { kDecode, kShort, kVerify };
 struct ShapeParam {
   DType state;
   int64_t n;
-  bool verify;
+  Mode mode;
 };
 std::string shape_name(const ::testing::TestParamInfo<ShapeParam>& i) {
   return std::string("state") + dtype_short(i.param.state) + "_N" + std::to_string(i.param.n) +
-         (i.param.verify ? "_verify" : "_decode");
+         (i.param.mode == Mode::kVerify ? "_verify" : i.param.mode == Mode::kShort ? "_short" : "_decode");
 }
 
 class CudaShapes : public ::testing::TestWithParam<ShapeParam> {};
@@ -27,10 +31,14 @@ class CudaShapes : public ::testing::TestWithParam<ShapeParam> {};
 TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
   PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
   const ShapeParam& prm = GetParam();
-  const int64_t n = prm.n, H = 16, HV = 32, K = 128, V = 128, cols = prm.verify ? 3 : 1;
-  Rng r(9700 + n * 2 + prm.verify);
-  std::vector<int64_t> lens(n, prm.verify ? 3 : 1), acc(n), slot_ids(n * cols);
-  for (int64_t i = 0; i < n; ++i) acc[i] = r.randint(1, cols);
+  const bool verify = prm.mode == Mode::kVerify;
+  const int64_t n = prm.n, H = 16, HV = 32, K = 128, V = 128, cols = verify ? 3 : 1;
+  Rng r(9700 + n * 3 + static_cast<int>(prm.mode));
+  std::vector<int64_t> lens(n, 1), acc(n), slot_ids(n * cols);
+  for (int64_t i = 0; i < n; ++i) {
+    acc[i] = r.randint(1, cols);
+    if (prm.mode != Mode::kDecode) lens[i] = r.randint(1, 3);
+  }
   for (int64_t s = 0; s < n * cols; ++s) slot_ids[s] = s;
   for (int64_t s = n * cols - 1; s > 0; --s) std::swap(slot_ids[s], slot_ids[r.randint(0, s)]);
   std::vector<std::vector<int64_t>> rows(n, std::vector<int64_t>(cols));
@@ -38,15 +46,15 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
     for (int64_t c = 0; c < cols; ++c) rows[i][c] = slot_ids[i * cols + c];
   const std::vector<int64_t> qsl_v = prefix_sum(lens);
   Buf qsl = index_buf(qsl_v);
-  Buf slots = prm.verify ? index_buf2(rows, cols) : index_buf(slot_ids);
+  Buf slots = verify ? index_buf2(rows, cols) : index_buf(slot_ids);
   Buf nacc = index_buf(acc);
   GdrIn in = make_gdr_in(r, qsl_v.back(), H, HV, K, V, DType::kBFloat16, DType::kFloat32);
   Buf pool = make_ssm_pool(prm.state, n * cols + 1, HV, K, V, StateLayout::kVK);
   fill_normal(pool, r, 0.3);
   Buf pool_cpu = pool, o_cpu(DType::kBFloat16, {qsl_v.back(), HV, V}), o_gpu = o_cpu;
   SCOPED_TRACE(::testing::Message() << "state " << dtype_short(prm.state) << ", N " << n << ", "
-                                    << (prm.verify ? "verify T=3" : "decode"));
-  Buf* nacc_ptr = prm.verify ? &nacc : nullptr;
+                                    << shape_name({prm, 0}));
+  Buf* nacc_ptr = verify ? &nacc : nullptr;
   PROP_ASSERT_OK(run_gdr(Backend::kCPU, false, in, pool_cpu, StateLayout::kVK, qsl, slots, nacc_ptr, nullptr, o_cpu));
   PROP_ASSERT_OK(run_gdr(Backend::kCUDA, false, in, pool, StateLayout::kVK, qsl, slots, nacc_ptr, nullptr, o_gpu));
   const double tol = 1e-2;  // the outputs are bf16 in every case
@@ -56,12 +64,14 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
   for (int64_t s = 0; s < pool.rows(); ++s) expect_slot_close(pool, s, pool_cpu, s, stol, "ssm_state vs the CPU");
 }
 
-INSTANTIATE_TEST_SUITE_P(Cuda, CudaShapes,
-                         ::testing::Values(ShapeParam{DType::kBFloat16, 2, false}, ShapeParam{DType::kBFloat16, 12, false},
-                                           ShapeParam{DType::kBFloat16, 2, true}, ShapeParam{DType::kBFloat16, 12, true},
-                                           ShapeParam{DType::kFloat16, 2, true}, ShapeParam{DType::kFloat16, 12, true},
-                                           ShapeParam{DType::kFloat32, 2, true}, ShapeParam{DType::kFloat32, 12, true}),
-                         shape_name);
+std::vector<ShapeParam> shape_params() {
+  std::vector<ShapeParam> v;
+  for (DType st : {DType::kBFloat16, DType::kFloat16, DType::kFloat32})
+    for (int64_t n : {2, 12})
+      for (Mode m : {Mode::kDecode, Mode::kShort, Mode::kVerify}) v.push_back({st, n, m});
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaShapes, ::testing::ValuesIn(shape_params()), shape_name);
 
 }  // namespace
 }  // namespace gdn::prop

@@ -103,6 +103,21 @@ struct StepTraits {
   static_assert(kThreads <= 1024, "a block is at most 1024 threads");
 };
 
+// State rows are streamed (read once, written once): evict-first cache hints, unless 0.
+#ifndef GDN_STATE_HINTS
+#define GDN_STATE_HINTS 1
+#endif
+template <typename V>
+__device__ __forceinline__ V ld_state(const V* p) {
+  if constexpr (GDN_STATE_HINTS) return __ldcs(p);
+  else return *p;
+}
+template <typename V>
+__device__ __forceinline__ void st_state(V* p, V v) {
+  if constexpr (GDN_STATE_HINTS) __stcs(p, v);
+  else *p = v;
+}
+
 // Sum over the kLanes lanes of a lane group (every lane of the group gets it).
 template <int kLanes>
 __device__ __forceinline__ float group_sum(float x) {
@@ -141,7 +156,7 @@ __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot,
       constexpr int kPer = kChunk / sizeof(TState);
 #pragma unroll
       for (int c = 0; c < kBytes / kChunk; ++c) {
-        Vec u = __ldcs(src + c);  // streamed: read once
+        Vec u = ld_state(src + c);
         const TState* e = reinterpret_cast<const TState*>(&u);
 #pragma unroll
         for (int j = 0; j < kPer; ++j) s[c * kPer + j] = to_float(e[j]);
@@ -173,7 +188,7 @@ __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot
         TState* e = reinterpret_cast<TState*>(&u);
 #pragma unroll
         for (int j = 0; j < kPer; ++j) e[j] = from_float<TState>(s[c * kPer + j]);
-        __stcs(dst + c, u);
+        st_state(dst + c, u);
       }
     }
   } else {
@@ -224,14 +239,15 @@ __device__ __forceinline__ SeqInfo resolve_seq(const RecurrentParams& p, const G
   return si;
 }
 
-// One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with
-// j G >= vlim are past V). sq, sk: raw q and k (KP each, zero past K); sv: v of the block's rows;
-// a, b: the token's gate inputs. Returns o of row ln for lanes ln < R.
-template <int L, int G, int R, int EPL>
-__device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq, const float* sk, const float* sv,
-                                             int lrow0, int vlim, float a, float b, float A, float dtb, float scale,
-                                             int ln) {
-  float kr[EPL], qr[EPL], kk = 0.f, qq = 0.f;
+// A token's normalised k^, q^ (this lane's EPL elements of each) and its decay exp(g) and beta,
+// from raw q, k (KP each, zero past K) and the gate inputs a, b.
+struct TokenGates {
+  float decay, beta;
+};
+template <int L, int EPL>
+__device__ __forceinline__ TokenGates prep_token(const float* sq, const float* sk, float a, float b, float A, float dtb,
+                                                 float scale, int ln, float (&kr)[EPL], float (&qr)[EPL]) {
+  float kk = 0.f, qq = 0.f;
 #pragma unroll
   for (int e = 0; e < EPL; ++e) {
     kr[e] = sk[ln * EPL + e];
@@ -242,20 +258,44 @@ __device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq
   const float kn = 1.f / sqrtf(group_sum<L>(kk) + 1e-6f);    // k^ = k / |k|
   const float qn = scale / sqrtf(group_sum<L>(qq) + 1e-6f);  // q^ = q / |q| * scale
   const float gate = A * rules::softplus(a + dtb);           // g = -exp(A_log) softplus(a + dt_bias)
-  const float beta = 1.f / (1.f + expf(-b));                 // beta = sigmoid(b)
-  const float decay = expf(gate);
+  TokenGates tg;
+  tg.beta = 1.f / (1.f + expf(-b));  // beta = sigmoid(b)
+  tg.decay = expf(gate);
 #pragma unroll
   for (int e = 0; e < EPL; ++e) {
     kr[e] *= kn;
     qr[e] *= qn;
   }
+  return tg;
+}
+
+// The o value of row ln (lanes ln < R) among a lane group's R row outputs, after the group sums.
+template <int L, int R>
+__device__ __forceinline__ float pick_row(float (&ov)[R], int ln) {
+#pragma unroll
+  for (int j = 0; j < R; ++j) ov[j] = group_sum<L>(ov[j]);
+  float mine = ov[0];
+#pragma unroll
+  for (int j = 1; j < R; ++j) mine = ln == j ? ov[j] : mine;
+  return mine;
+}
+
+// One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with
+// j G >= vlim are past V). sq, sk: raw q and k (KP each, zero past K); sv: v of the block's rows;
+// a, b: the token's gate inputs. Returns o of row ln for lanes ln < R.
+template <int L, int G, int R, int EPL>
+__device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq, const float* sk, const float* sv,
+                                             int lrow0, int vlim, float a, float b, float A, float dtb, float scale,
+                                             int ln) {
+  float kr[EPL], qr[EPL];
+  const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
   float dot[R], ov[R];
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     dot[j] = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
-      s[j][e] *= decay;  // S = exp(g) S
+      s[j][e] *= tg.decay;  // S = exp(g) S
       dot[j] += s[j][e] * kr[e];
     }
   }
@@ -263,7 +303,7 @@ __device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq
   for (int j = 0; j < R; ++j) dot[j] = group_sum<L>(dot[j]);
 #pragma unroll
   for (int j = 0; j < R; ++j) {
-    const float d = beta * ((j * G < vlim ? sv[lrow0 + j * G] : 0.f) - dot[j]);  // d = beta (v - S k^)
+    const float d = tg.beta * ((j * G < vlim ? sv[lrow0 + j * G] : 0.f) - dot[j]);  // d = beta (v - S k^)
     ov[j] = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
@@ -271,12 +311,26 @@ __device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq
       ov[j] += s[j][e] * qr[e];  // o = S q^
     }
   }
-#pragma unroll
-  for (int j = 0; j < R; ++j) ov[j] = group_sum<L>(ov[j]);
-  float mine = ov[0];
-#pragma unroll
-  for (int j = 1; j < R; ++j) mine = ln == j ? ov[j] : mine;
-  return mine;
+  return pick_row<L, R>(ov, ln);
+}
+
+// The primitive op's inputs of one token (global row `row`) into shared memory: raw q and k of key
+// head h (zero past K), the v values of the block's kRows rows from v0, and a, b.
+template <typename TAct, int KP, int kRows, int kThreads>
+__device__ __forceinline__ void stage_inputs(const RecurrentParams& p, int64_t row, int h, int hv, int v0, int tid,
+                                             float* s_q, float* s_k, float* s_v, float* s_ab) {
+  const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * p.K;
+  const TAct* k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * p.K;
+  for (int c = tid; c < KP; c += kThreads) {
+    s_q[c] = c < p.K ? to_float(q[c]) : 0.f;
+    s_k[c] = c < p.K ? to_float(k[c]) : 0.f;
+  }
+  if (tid < kRows && v0 + tid < p.V)
+    s_v[tid] = to_float(static_cast<const TAct*>(p.src.v)[row * p.src.v_rs + static_cast<int64_t>(hv) * p.V + v0 + tid]);
+  if (tid < 2) {
+    const TAct* src = static_cast<const TAct*>(tid == 0 ? p.src.a : p.src.b);
+    s_ab[tid] = to_float(src[row * (tid == 0 ? p.src.a_rs : p.src.b_rs) + hv]);
+  }
 }
 
 // A padding sequence: zeros in o for the lane's row (lanes ln < R), every token whose row exists.

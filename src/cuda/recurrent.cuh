@@ -15,6 +15,7 @@
 #include "cuda/fused_step.cuh"
 #include "cuda/rec_common.cuh"
 #include "cuda/recurrent.h"
+#include "cuda/recurrent_packed.cuh"
 
 namespace gdn::cuda {
 
@@ -140,19 +141,7 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
         s_ab[tid] = to_float(ba[tid == 0 ? p.src.proj.a_col(hv) : p.src.proj.b_col(hv)]);
       }
     } else {
-      const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * p.K;
-      const TAct* k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * p.K;
-      for (int c = tid; c < KP; c += kThreads) {
-        s_q[c] = c < p.K ? to_float(q[c]) : 0.f;
-        s_k[c] = c < p.K ? to_float(k[c]) : 0.f;
-      }
-      if (tid < kRows && blockIdx.x * kRows + tid < p.V)
-        s_v[tid] = to_float(static_cast<const TAct*>(p.src.v)[row * p.src.v_rs + static_cast<int64_t>(hv) * p.V +
-                                                             blockIdx.x * kRows + tid]);
-      if (tid < 2) {
-        const TAct* src = static_cast<const TAct*>(tid == 0 ? p.src.a : p.src.b);
-        s_ab[tid] = to_float(src[row * (tid == 0 ? p.src.a_rs : p.src.b_rs) + hv]);
-      }
+      stage_inputs<TAct, KP, kRows, kThreads>(p, row, h, hv, blockIdx.x * kRows, tid, s_q, s_k, s_v, s_ab);
     }
     __syncthreads();
     const float mine =
@@ -163,6 +152,16 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
 #pragma unroll
     for (int j = 0; j < R; ++j)
       if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, si.slot0, hv, row0 + j * G, ln, s[j]);
+}
+
+// The packed kernel takes 16-bit dense "vk" rows (GDN_REC_PACKED above).
+template <typename TS, int KP>
+bool use_packed(const RecurrentParams& p) {
+  if (GDN_REC_PACKED == 0 || p.kv_layout || !p.state_vec || p.K != KP) return false;
+  if (GDN_REC_PACKED == 2)
+    for (const GroupMeta& g : p.group)
+      if (g.n > 0 && g.spec && g.cols > 1) return false;
+  return true;
 }
 
 template <typename TAct, typename TS>
@@ -199,8 +198,16 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     using T = std::true_type;
     using F = std::false_type;
     if (fused) return run(T{}, F{});
-    if constexpr (sizeof(TS) == 2)
+    if constexpr (sizeof(TS) == 2) {
       if (nseq * p.HV <= GDN_REC_SMALL_BATCH) return run(F{}, T{});
+      if (use_packed<TS, KP>(p)) {
+        const dim3 grid(static_cast<unsigned>((p.V + PackedTraits::kRows - 1) / PackedTraits::kRows),
+                        static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq));
+        recurrent_packed_kernel<TAct, TS, KP><<<grid, PackedTraits::kThreads, 0, stream>>>(p);
+        GDN_CUDA_CHECK(cudaGetLastError());
+        return Status::Ok();
+      }
+    }
     return run(F{}, F{});
   };
   if (p.K <= 32) return go(std::integral_constant<int, 32>{});
