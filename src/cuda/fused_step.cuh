@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
 #pragma unroll
     for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
     if (tr.len > 0 && !si.pad && si.init && row0 + j * G < p.V)
-      load_row<TState, EPL, kDense>(p, si.read_slot, hv, row0 + j * G, ln, s[j]);
+      load_row<TState, KP, EPL, kDense>(p, si.read_slot, hv, row0 + j * G, ln, s[j]);
   }
   copy_z<TAct, kThreads>(p.src, p.z, p.z_rs, blockIdx.x + gridDim.x * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z),
                          int64_t{gridDim.x} * gridDim.y * gridDim.z);
@@ -161,12 +161,12 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
     cluster.sync();  // token t's q, k (whole cluster), v and gates (this block) are in place
     const float mine = recur_token<L, G, R, EPL>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0, p.V - row0,
                                                  s_ab[buf][0], s_ab[buf][1], A, dtb, p.scale, ln);
-    emit_token<TAct, TState, R, EPL, G, kDense>(p, g, i, t, row, hv, row0, ln, mine, s);
+    emit_token<TAct, TState, KP, R, EPL, G, kDense>(p, g, i, t, row, hv, row0, ln, mine, s);
   }
   if (!g.spec) {
 #pragma unroll
     for (int j = 0; j < R; ++j)
-      if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, si.slot0, hv, row0 + j * G, ln, s[j]);
+      if (row0 + j * G < p.V) store_row<TState, KP, EPL, kDense>(p, si.slot0, hv, row0 + j * G, ln, s[j]);
     if (ch >= 0)  // the last W-1 inputs of (window ++ tokens)
 #pragma unroll
       for (int j = 0; j < kMaxW - 1; ++j)

@@ -131,6 +131,13 @@ __device__ __forceinline__ int64_t state_elem(const RecurrentParams& p, int vi, 
   return p.kv_layout ? static_cast<int64_t>(ki) * p.V + vi : static_cast<int64_t>(vi) * p.K + ki;
 }
 
+// The same for dense "vk" rows (K == KP): a compile-time row stride, so the rows of a lane group
+// are one base address plus constant offsets (no 64-bit address per row kept in registers).
+template <int KP>
+__device__ __forceinline__ int64_t dense_elem(int vi, int ki) {
+  return static_cast<int64_t>(vi) * KP + ki;
+}
+
 // A lane's EPL contiguous elements moved as one vector when the row is dense and aligned.
 template <int kBytes>
 struct VecOf { using type = void; };
@@ -142,7 +149,7 @@ template <> struct VecOf<4> { using type = uint32_t; };
 template <typename TState, int EPL>
 constexpr bool kHasVec = !std::is_void_v<typename VecOf<(EPL * sizeof(TState) < 16 ? EPL * sizeof(TState) : 16)>::type>;
 
-template <typename TState, int EPL, bool kDense>
+template <typename TState, int KP, int EPL, bool kDense>
 __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
                                          float (&s)[EPL]) {
   const TState* base = static_cast<const TState*>(p.state) + slot * p.state_slot_stride +
@@ -152,7 +159,7 @@ __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot,
   using Vec = typename VecOf<kChunk>::type;
   if constexpr (kDense && !std::is_void_v<Vec>) {
     {
-      const Vec* src = reinterpret_cast<const Vec*>(base + state_elem(p, vi, ln * EPL));
+      const Vec* src = reinterpret_cast<const Vec*>(base + dense_elem<KP>(vi, ln * EPL));
       constexpr int kPer = kChunk / sizeof(TState);
 #pragma unroll
       for (int c = 0; c < kBytes / kChunk; ++c) {
@@ -171,7 +178,7 @@ __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot,
   }
 }
 
-template <typename TState, int EPL, bool kDense>
+template <typename TState, int KP, int EPL, bool kDense>
 __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
                                           const float (&s)[EPL]) {
   TState* base = static_cast<TState*>(p.state) + slot * p.state_slot_stride + static_cast<int64_t>(hv) * p.V * p.K;
@@ -180,7 +187,7 @@ __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot
   using Vec = typename VecOf<kChunk>::type;
   if constexpr (kDense && !std::is_void_v<Vec>) {
     {
-      Vec* dst = reinterpret_cast<Vec*>(base + state_elem(p, vi, ln * EPL));
+      Vec* dst = reinterpret_cast<Vec*>(base + dense_elem<KP>(vi, ln * EPL));
       constexpr int kPer = kChunk / sizeof(TState);
 #pragma unroll
       for (int c = 0; c < kBytes / kChunk; ++c) {
@@ -257,7 +264,7 @@ __device__ __forceinline__ TokenGates prep_token(const float* sq, const float* s
   }
   const float kn = 1.f / sqrtf(group_sum<L>(kk) + 1e-6f);    // k^ = k / |k|
   const float qn = scale / sqrtf(group_sum<L>(qq) + 1e-6f);  // q^ = q / |q| * scale
-  const float gate = A * rules::softplus(a + dtb);           // g = -exp(A_log) softplus(a + dt_bias)
+  const float gate = A * rules::softplus(a + dtb);  // g = -exp(A_log) softplus(a + dt_bias), A = -exp(A_log)
   TokenGates tg;
   tg.beta = 1.f / (1.f + expf(-b));  // beta = sigmoid(b)
   tg.decay = expf(gate);
@@ -347,7 +354,7 @@ __device__ __forceinline__ void zero_outputs(const RecurrentParams& p, const Gro
 
 // After token t of sequence i: o of the lane's row (lanes ln < R, value `mine`), and for verify
 // sequences the state into column t's slot (when usable).
-template <typename TAct, typename TState, int R, int EPL, int G, bool kDense>
+template <typename TAct, typename TState, int KP, int R, int EPL, int G, bool kDense>
 __device__ __forceinline__ void emit_token(const RecurrentParams& p, const GroupMeta& g, int64_t i, int64_t t,
                                            int64_t row, int hv, int row0, int ln, float mine,
                                            const float (&s)[R][EPL]) {
@@ -358,7 +365,44 @@ __device__ __forceinline__ void emit_token(const RecurrentParams& p, const Group
     if (rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id))
 #pragma unroll
       for (int j = 0; j < R; ++j)
-        if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, slot, hv, row0 + j * G, ln, s[j]);
+        if (row0 + j * G < p.V) store_row<TState, KP, EPL, kDense>(p, slot, hv, row0 + j * G, ln, s[j]);
+  }
+}
+
+// Tokens staged at once by the primitive op's kernels: their inputs are loaded together, so a
+// verify sequence waits for one round of input loads per kTB tokens instead of one per token.
+#ifndef GDN_REC_TB
+#define GDN_REC_TB 1
+#endif
+template <int KP, int kRows, int kTB>
+struct TokenStage {
+  float q[kTB][KP], k[kTB][KP], v[kTB][kRows], ab[kTB][2];
+};
+
+// The primitive op's token loop for a lane group's R float32 rows s (rows row0 + j G, block-local
+// lrow0 + j G): stages kTB tokens' inputs, runs recur_token on each and emits its o and verify
+// state. The caller stores the final state of a non-spec sequence.
+template <typename TAct, typename TState, int KP, int kRows, int kThreads, int L, int G, int R, int EPL, bool kDense,
+          int kTB>
+__device__ __forceinline__ void run_tokens(const RecurrentParams& p, const GroupMeta& g, int64_t i,
+                                           rules::TokenRange tr, float (&s)[R][EPL], int row0, int lrow0, int h,
+                                           int hv, float A, float dtb, int tid, int ln,
+                                           TokenStage<KP, kRows, kTB>& st) {
+  for (int64_t t0 = 0; t0 < tr.len; t0 += kTB) {
+    const int nt = static_cast<int>(tr.len - t0 < kTB ? tr.len - t0 : kTB);
+    __syncthreads();  // the previous batch's shared inputs are consumed
+#pragma unroll
+    for (int u = 0; u < kTB; ++u)
+      if (u < nt)
+        stage_inputs<TAct, KP, kRows, kThreads>(p, global_row(g, tr.begin + t0 + u, g.limit), h, hv,
+                                                row0 - lrow0, tid, st.q[u], st.k[u], st.v[u], st.ab[u]);
+    __syncthreads();
+    for (int u = 0; u < nt; ++u) {
+      const float mine = recur_token<L, G, R, EPL>(s, st.q[u], st.k[u], st.v[u], lrow0, p.V - row0, st.ab[u][0],
+                                                   st.ab[u][1], A, dtb, p.scale, ln);
+      emit_token<TAct, TState, KP, R, EPL, G, kDense>(p, g, i, t0 + u, global_row(g, tr.begin + t0 + u, g.limit), hv,
+                                                  row0, ln, mine, s);
+    }
   }
 }
 

@@ -67,9 +67,9 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
   static_assert(KP % L == 0, "K padded to whole lane groups");
-  __shared__ float s_q[KP], s_k[KP], s_v[kRows], s_ab[2];
   constexpr int kCh = kFused ? 2 * KP + kRows : 1;  // fused: [q channels | k channels | v rows]
   __shared__ ConvChannel<TAct> s_ch[kCh];
+  __shared__ TokenStage<KP, kRows, kFused ? 1 : GDN_REC_TB> s_stage;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
   const int hv = blockIdx.y, h = hv / p.r;
   // Row of this lane group's step j: row0 + j * G; its block-local index: lrow0 + j * G.
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
 #pragma unroll
     for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
     if (!si.pad && si.init && row0 + j * G < p.V)
-      load_row<TState, EPL, kDense>(p, si.read_slot, hv, row0 + j * G, ln, s[j]);
+      load_row<TState, KP, EPL, kDense>(p, si.read_slot, hv, row0 + j * G, ln, s[j]);
   }
   bool pad = si.pad;
   if (kFused) {  // a token outside the buffer makes its sequence padding
@@ -125,33 +125,35 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
       s_ch[c] = ch;
     }
   }
-  for (int64_t t = 0; t < tr.len; ++t) {
-    const int64_t row = global_row(g, tr.begin + t, out_rows);
-    __syncthreads();  // the previous token's shared inputs are consumed
-    if constexpr (kFused) {
+  if constexpr (kFused) {
+    for (int64_t t = 0; t < tr.len; ++t) {
+      const int64_t row = global_row(g, tr.begin + t, out_rows);
+      __syncthreads();  // the previous token's shared inputs are consumed
       for (int c = tid; c < kCh; c += kThreads) {
         const ConvChannel<TAct>& ch = s_ch[c];
         const float y = ch.ch >= 0 ? conv_token<TAct>(p, g, ch, tr.begin, t, si.slot0, win_base, si.init) : 0.f;
-        if (c < KP) s_q[c] = y;
-        else if (c < 2 * KP) s_k[c - KP] = y;
-        else s_v[c - 2 * KP] = y;
+        if (c < KP) s_stage.q[0][c] = y;
+        else if (c < 2 * KP) s_stage.k[0][c - KP] = y;
+        else s_stage.v[0][c - 2 * KP] = y;
       }
       if (tid < 2) {
         const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
-        s_ab[tid] = to_float(ba[tid == 0 ? p.src.proj.a_col(hv) : p.src.proj.b_col(hv)]);
+        s_stage.ab[0][tid] = to_float(ba[tid == 0 ? p.src.proj.a_col(hv) : p.src.proj.b_col(hv)]);
       }
-    } else {
-      stage_inputs<TAct, KP, kRows, kThreads>(p, row, h, hv, blockIdx.x * kRows, tid, s_q, s_k, s_v, s_ab);
+      __syncthreads();
+      const float mine =
+          recur_token<L, G, R, EPL>(s, s_stage.q[0], s_stage.k[0], s_stage.v[0], lrow0, p.V - row0, s_stage.ab[0][0],
+                                    s_stage.ab[0][1], A, dtb, p.scale, ln);
+      emit_token<TAct, TState, KP, R, EPL, G, kDense>(p, g, i, t, row, hv, row0, ln, mine, s);
     }
-    __syncthreads();
-    const float mine =
-        recur_token<L, G, R, EPL>(s, s_q, s_k, s_v, lrow0, p.V - row0, s_ab[0], s_ab[1], A, dtb, p.scale, ln);
-    emit_token<TAct, TState, R, EPL, G, kDense>(p, g, i, t, row, hv, row0, ln, mine, s);
+  } else {
+    run_tokens<TAct, TState, KP, kRows, kThreads, L, G, R, EPL, kDense, GDN_REC_TB>(p, g, i, tr, s, row0, lrow0, h, hv,
+                                                                                    A, dtb, tid, ln, s_stage);
   }
   if (!g.spec)
 #pragma unroll
     for (int j = 0; j < R; ++j)
-      if (row0 + j * G < p.V) store_row<TState, EPL, kDense>(p, si.slot0, hv, row0 + j * G, ln, s[j]);
+      if (row0 + j * G < p.V) store_row<TState, KP, EPL, kDense>(p, si.slot0, hv, row0 + j * G, ln, s[j]);
 }
 
 // The packed kernel takes 16-bit dense "vk" rows (GDN_REC_PACKED above).

@@ -1,13 +1,13 @@
-// src/cuda/recurrent_packed.cuh — the plain recurrence for 16-bit state ("vk", dense rows) at
-// large batch, holding twice the rows of recurrent_kernel per register.
+// src/cuda/recurrent_packed.cuh — the plain recurrence for 16-bit state ("vk", dense rows) in
+// large decode batches.
 //   grid  = (ceil(V / kRows), HV, sequences of both groups), block = PackedTraits warps
-// The plain kernel converts every state element to float32 on load, so a register holds 2 bytes
-// of state and a lane has half the bytes in flight of the float32 kernel. Here a sequence of one
-// token (decode, or a verify sequence that accepted its draft) keeps its rows as loaded, two
-// 16-bit elements per register, and recomputes exp(g) S from them in both passes of the token
-// (the same float operations in the same order as recur_token, so the same results). Longer
-// sequences convert the rows in two halves and run recur_token on each half in turn: float32
-// rows across tokens, as SPEC.md §2 requires.
+// recurrent_kernel converts every state element to float32 on load, so a register holds 2 bytes of
+// state. Here a sequence of one token keeps its rows as loaded, two 16-bit elements per register,
+// and recomputes exp(g) S from them in both passes of the token (the float operations of
+// recur_token in the same order, so the same results): 12 rows per warp instead of 8 in the same
+// registers. A longer sequence converts the rows in two halves and runs recur_token on each half in
+// turn (float32 rows across tokens, SPEC.md §2). Used where no verify group can hold more than one
+// token per sequence (GDN_REC_PACKED 2): verify batches measured faster in recurrent_kernel.
 #pragma once
 #include "cuda/rec_common.cuh"
 
@@ -17,15 +17,16 @@ namespace gdn::cuda {
 #define GDN_REC_WARPS_P 1
 #endif
 #ifndef GDN_REC_ROWS_P
-#define GDN_REC_ROWS_P 8
+#define GDN_REC_ROWS_P 6
 #endif
 #ifndef GDN_REC_MB_P
 #define GDN_REC_MB_P 32
 #endif
-// 1: 16-bit dense state at large batch goes through the packed kernel; 2: only when no verify
-// group can hold a sequence of more than one token; 0: never (bench/sweep.sh compares them).
+// Rows per lane group: 6 measured best for decode (bench/RESULTS.md step 16; 8 spills).
+// GDN_REC_PACKED 1: 16-bit dense state at large batch always goes through the packed kernel; 2: only
+// when no verify group can hold a sequence of more than one token; 0: never.
 #ifndef GDN_REC_PACKED
-#define GDN_REC_PACKED 1
+#define GDN_REC_PACKED 2
 #endif
 
 struct PackedTraits {
@@ -65,11 +66,11 @@ struct Pair2<__half> {
 };
 
 // A lane's EPL elements of row vi (dense "vk" rows, K == KP), as NW = EPL / 2 words.
-template <typename TState, int NW, bool kStore>
+template <typename TState, int KP, int NW, bool kStore>
 __device__ __forceinline__ void move_words(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
                                            uint32_t (&w)[NW]) {
-  TState* base = static_cast<TState*>(p.state) + slot * p.state_slot_stride +
-                 (static_cast<int64_t>(hv) * p.V + vi) * p.K + ln * (2 * NW);
+  TState* base = static_cast<TState*>(p.state) + slot * p.state_slot_stride + static_cast<int64_t>(hv) * p.V * KP +
+                 dense_elem<KP>(vi, ln * (2 * NW));
   if constexpr (NW % 4 == 0) {
     uint4* v = reinterpret_cast<uint4*>(base);
 #pragma unroll
@@ -104,15 +105,17 @@ __device__ __forceinline__ float recur_token_packed(uint32_t (&w)[R][EPL / 2], c
   using P = Pair2<TState>;
   float kr[EPL], qr[EPL];
   const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
+  auto k2 = [&](int e) { return make_float2(kr[2 * e], kr[2 * e + 1]); };
+  auto q2 = [&](int e) { return make_float2(qr[2 * e], qr[2 * e + 1]); };
   float dot[R], ov[R];
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     dot[j] = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL / 2; ++e) {
-      const float2 f = P::unpack(w[j][e]);
-      dot[j] += (f.x * tg.decay) * kr[2 * e];
-      dot[j] += (f.y * tg.decay) * kr[2 * e + 1];
+      const float2 f = P::unpack(w[j][e]), k = k2(e);
+      dot[j] += (f.x * tg.decay) * k.x;
+      dot[j] += (f.y * tg.decay) * k.y;
     }
   }
 #pragma unroll
@@ -123,10 +126,10 @@ __device__ __forceinline__ float recur_token_packed(uint32_t (&w)[R][EPL / 2], c
     ov[j] = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL / 2; ++e) {
-      const float2 f = P::unpack(w[j][e]);
-      const float x = f.x * tg.decay + d * kr[2 * e], y = f.y * tg.decay + d * kr[2 * e + 1];
-      ov[j] += x * qr[2 * e];
-      ov[j] += y * qr[2 * e + 1];
+      const float2 f = P::unpack(w[j][e]), k = k2(e), q = q2(e);
+      const float x = f.x * tg.decay + d * k.x, y = f.y * tg.decay + d * k.y;
+      ov[j] += x * q.x;
+      ov[j] += y * q.y;
       w[j][e] = P::pack(x, y);
     }
   }
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L, NW = EPL / 2, RH = R / 2;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
   static_assert(EPL % 2 == 0, "whole 32-bit words per lane");
-  __shared__ float s_q[KP], s_k[KP], s_v[kRows], s_ab[2];
+  __shared__ TokenStage<KP, kRows, GDN_REC_TB> s_stage;  // s_stage.x[0]: the one-token path's inputs
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
   const int hv = blockIdx.y, h = hv / p.r;
   const int lrow0 = warp * Tr::kRowsPerWarp + lane / L;
@@ -159,7 +162,7 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
     for (int j = 0; j < R; ++j) {
 #pragma unroll
       for (int e = 0; e < NW; ++e) w[j][e] = 0u;
-      if (load && row0 + j * G < p.V) move_words<TState, NW, false>(p, si.read_slot, hv, row0 + j * G, ln, w[j]);
+      if (load && row0 + j * G < p.V) move_words<TState, KP, NW, false>(p, si.read_slot, hv, row0 + j * G, ln, w[j]);
     }
     if (si.pad) {
       zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
@@ -167,16 +170,18 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
     }
     const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
     const int64_t row = global_row(g, tr.begin, g.limit);
-    stage_inputs<TAct, KP, kRows, kThreads>(p, row, h, hv, blockIdx.x * kRows, tid, s_q, s_k, s_v, s_ab);
+    stage_inputs<TAct, KP, kRows, kThreads>(p, row, h, hv, blockIdx.x * kRows, tid, s_stage.q[0], s_stage.k[0],
+                                            s_stage.v[0], s_stage.ab[0]);
     __syncthreads();
-    const float mine = recur_token_packed<TState, L, G, R, EPL>(w, s_q, s_k, s_v, lrow0, p.V - row0, s_ab[0],
-                                                                s_ab[1], A, dtb, p.scale, ln);
+    const float mine = recur_token_packed<TState, L, G, R, EPL>(w, s_stage.q[0], s_stage.k[0], s_stage.v[0], lrow0,
+                                                                p.V - row0, s_stage.ab[0][0], s_stage.ab[0][1], A, dtb,
+                                                                p.scale, ln);
     if (ln < R && row0 + ln * G < p.V)
       static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] = from_float<TAct>(mine);
     // Non-spec: the sequence's slot; verify: column 0's slot, which is slot0 (valid: not padding).
 #pragma unroll
     for (int j = 0; j < R; ++j)
-      if (row0 + j * G < p.V) move_words<TState, NW, true>(p, si.slot0, hv, row0 + j * G, ln, w[j]);
+      if (row0 + j * G < p.V) move_words<TState, KP, NW, true>(p, si.slot0, hv, row0 + j * G, ln, w[j]);
     return;
   }
 
@@ -195,21 +200,14 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
     for (int j = 0; j < RH; ++j) {
 #pragma unroll
       for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
-      if (load && r0 + j * G < p.V) load_row<TState, EPL, true>(p, si.read_slot, hv, r0 + j * G, ln, s[j]);
+      if (load && r0 + j * G < p.V) load_row<TState, KP, EPL, true>(p, si.read_slot, hv, r0 + j * G, ln, s[j]);
     }
-    for (int64_t t = 0; t < tr.len; ++t) {
-      const int64_t row = global_row(g, tr.begin + t, g.limit);
-      __syncthreads();  // the previous token's shared inputs are consumed
-      stage_inputs<TAct, KP, kRows, kThreads>(p, row, h, hv, blockIdx.x * kRows, tid, s_q, s_k, s_v, s_ab);
-      __syncthreads();
-      const float mine =
-          recur_token<L, G, RH, EPL>(s, s_q, s_k, s_v, l0, p.V - r0, s_ab[0], s_ab[1], A, dtb, p.scale, ln);
-      emit_token<TAct, TState, RH, EPL, G, true>(p, g, i, t, row, hv, r0, ln, mine, s);
-    }
+    run_tokens<TAct, TState, KP, kRows, kThreads, L, G, RH, EPL, true, GDN_REC_TB>(p, g, i, tr, s, r0, l0, h, hv, A,
+                                                                                   dtb, tid, ln, s_stage);
     if (!g.spec)
 #pragma unroll
       for (int j = 0; j < RH; ++j)
-        if (r0 + j * G < p.V) store_row<TState, EPL, true>(p, si.slot0, hv, r0 + j * G, ln, s[j]);
+        if (r0 + j * G < p.V) store_row<TState, KP, EPL, true>(p, si.slot0, hv, r0 + j * G, ln, s[j]);
   }
 }
 
