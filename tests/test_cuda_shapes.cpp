@@ -1,14 +1,15 @@
-// The CUDA recurrent kernel picks its block shape from the batch: 16-bit state with
-// sequences x value heads <= 64 (GDN_REC_SMALL_BATCH) uses the small-batch shape (four-warp blocks,
-// a row per warp); larger batches of dense 16-bit "vk" state without multi-column verify the packed
-// kernel (rows kept as loaded for one-token sequences, two float32 halves for longer ones); the rest
-// the large-batch shape (one-warp blocks, 16 lanes per row).
+// The CUDA recurrent op picks its kernel from the batch: 16-bit state with sequences x value heads
+// <= 64 (GDN_REC_SMALL_BATCH) the small-batch shape (four-warp blocks, a row per warp); decode
+// batches of dense "vk" state (no multi-column verify, at most one token row per sequence) the
+// streamed kernel (recurrent_stream.cuh); other batches of dense 16-bit state without multi-column
+// verify the packed kernel; the rest the large-batch shape (one-warp blocks, 16 lanes per row).
 //   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), N = 2
 //     (64 sequence-heads: small) and N = 12 (384: large), for each state dtype: decode (non-spec,
 //     one token per sequence), short non-spec sequences of 1..3 tokens (one launch mixes one-token
 //     and longer sequences), verify (3 columns, 1..3 tokens per sequence, ragged accepted counts)
-//     and verify with one column (the packed kernel's verify case); outputs and every state slot
-//     against the CPU backend.
+//     verify with one column, and "skewed" batches (2 tokens in every other sequence, none in the
+//     rest: as many rows as sequences, so the streamed kernel's later-token path runs); outputs and
+//     every state slot against the CPU backend.
 // Tolerances: same float32 math in another summation order; outputs are bf16: rel L2 1e-2; states
 // rel L2 1e-5 in float32, 1e-2 in 16 bits (a rounding of the stored state may differ).
 #include "prop_ops.h"
@@ -16,7 +17,7 @@
 namespace gdn::prop {
 namespace {
 
-enum class Mode { kDecode, kShort, kVerify, kVerify1 };
+enum class Mode { kDecode, kShort, kVerify, kVerify1, kSkewed };
 struct ShapeParam {
   DType state;
   int64_t n;
@@ -26,6 +27,7 @@ std::string shape_name(const ::testing::TestParamInfo<ShapeParam>& i) {
   return std::string("state") + dtype_short(i.param.state) + "_N" + std::to_string(i.param.n) +
          (i.param.mode == Mode::kVerify    ? "_verify"
           : i.param.mode == Mode::kVerify1 ? "_verify1col"
+          : i.param.mode == Mode::kSkewed  ? "_skewed"
           : i.param.mode == Mode::kShort   ? "_short"
                                            : "_decode");
 }
@@ -42,6 +44,7 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
   for (int64_t i = 0; i < n; ++i) {
     acc[i] = r.randint(1, cols);
     if (prm.mode == Mode::kShort || prm.mode == Mode::kVerify) lens[i] = r.randint(1, 3);
+    if (prm.mode == Mode::kSkewed) lens[i] = i % 2 == 0 ? 2 : 0;  // as many tokens as sequences
   }
   for (int64_t s = 0; s < n * cols; ++s) slot_ids[s] = s;
   for (int64_t s = n * cols - 1; s > 0; --s) std::swap(slot_ids[s], slot_ids[r.randint(0, s)]);
@@ -72,7 +75,7 @@ std::vector<ShapeParam> shape_params() {
   std::vector<ShapeParam> v;
   for (DType st : {DType::kBFloat16, DType::kFloat16, DType::kFloat32})
     for (int64_t n : {2, 12})
-      for (Mode m : {Mode::kDecode, Mode::kShort, Mode::kVerify, Mode::kVerify1}) v.push_back({st, n, m});
+      for (Mode m : {Mode::kDecode, Mode::kShort, Mode::kVerify, Mode::kVerify1, Mode::kSkewed}) v.push_back({st, n, m});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaShapes, ::testing::ValuesIn(shape_params()), shape_name);

@@ -247,18 +247,18 @@ __device__ __forceinline__ SeqInfo resolve_seq(const RecurrentParams& p, const G
 }
 
 // A token's normalised k^, q^ (this lane's EPL elements of each) and its decay exp(g) and beta,
-// from raw q, k (KP each, zero past K) and the gate inputs a, b.
+// from raw q, k (KP each, zero past K; float or the activation dtype) and the gate inputs a, b.
 struct TokenGates {
   float decay, beta;
 };
-template <int L, int EPL>
-__device__ __forceinline__ TokenGates prep_token(const float* sq, const float* sk, float a, float b, float A, float dtb,
+template <int L, int EPL, typename TIn>
+__device__ __forceinline__ TokenGates prep_token(const TIn* sq, const TIn* sk, float a, float b, float A, float dtb,
                                                  float scale, int ln, float (&kr)[EPL], float (&qr)[EPL]) {
   float kk = 0.f, qq = 0.f;
 #pragma unroll
   for (int e = 0; e < EPL; ++e) {
-    kr[e] = sk[ln * EPL + e];
-    qr[e] = sq[ln * EPL + e];
+    kr[e] = to_float(sk[ln * EPL + e]);
+    qr[e] = to_float(sq[ln * EPL + e]);
     kk += kr[e] * kr[e];
     qq += qr[e] * qr[e];
   }
@@ -290,12 +290,12 @@ __device__ __forceinline__ float pick_row(float (&ov)[R], int ln) {
 // One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with
 // j G >= vlim are past V). sq, sk: raw q and k (KP each, zero past K); sv: v of the block's rows;
 // a, b: the token's gate inputs. Returns o of row ln for lanes ln < R.
-template <int L, int G, int R, int EPL>
-__device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq, const float* sk, const float* sv,
+template <int L, int G, int R, int EPL, typename TIn>
+__device__ __forceinline__ float recur_token(float (&s)[R][EPL], const TIn* sq, const TIn* sk, const float* sv,
                                              int lrow0, int vlim, float a, float b, float A, float dtb, float scale,
                                              int ln) {
   float kr[EPL], qr[EPL];
-  const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
+  const TokenGates tg = prep_token<L, EPL, TIn>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
   float dot[R], ov[R];
 #pragma unroll
   for (int j = 0; j < R; ++j) {
