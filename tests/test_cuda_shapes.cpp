@@ -1,15 +1,14 @@
 // The CUDA recurrent op picks its kernel from the batch: 16-bit state with sequences x value heads
-// <= 64 (GDN_REC_SMALL_BATCH) the small-batch shape (four-warp blocks, a row per warp); decode
-// batches of dense "vk" state (no multi-column verify, at most one token row per sequence) the
-// streamed kernel (recurrent_stream.cuh); other batches of dense 16-bit state without multi-column
-// verify the packed kernel; the rest the large-batch shape (one-warp blocks, 16 lanes per row).
+// <= 64 (GDN_REC_SMALL_BATCH) the small-batch shape (four-warp blocks, a row per warp); larger
+// batches of dense 16-bit "vk" state without multi-column verify the packed kernel (rows kept as
+// loaded for one-token sequences, two float32 halves for longer ones); the rest the large-batch
+// shape (one-warp blocks, 16 lanes per row).
 //   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), N = 2
 //     (64 sequence-heads: small) and N = 12 (384: large), for each state dtype: decode (non-spec,
 //     one token per sequence), short non-spec sequences of 1..3 tokens (one launch mixes one-token
 //     and longer sequences), verify (3 columns, 1..3 tokens per sequence, ragged accepted counts)
 //     verify with one column, and "skewed" batches (2 tokens in every other sequence, none in the
-//     rest: as many rows as sequences, so the streamed kernel's later-token path runs); outputs and
-//     every state slot against the CPU backend.
+//     rest); outputs and every state slot against the CPU backend.
 // Tolerances: same float32 math in another summation order; outputs are bf16: rel L2 1e-2; states
 // rel L2 1e-5 in float32, 1e-2 in 16 bits (a rounding of the stored state may differ).
 #include "prop_ops.h"

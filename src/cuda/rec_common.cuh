@@ -131,8 +131,7 @@ __device__ __forceinline__ int64_t state_elem(const RecurrentParams& p, int vi, 
   return p.kv_layout ? static_cast<int64_t>(ki) * p.V + vi : static_cast<int64_t>(vi) * p.K + ki;
 }
 
-// The same for dense "vk" rows (K == KP): a compile-time row stride, so the rows of a lane group
-// are one base address plus constant offsets (no 64-bit address per row kept in registers).
+// The same for dense "vk" rows (K == KP), with the row stride known at compile time.
 template <int KP>
 __device__ __forceinline__ int64_t dense_elem(int vi, int ki) {
   return static_cast<int64_t>(vi) * KP + ki;
@@ -247,24 +246,24 @@ __device__ __forceinline__ SeqInfo resolve_seq(const RecurrentParams& p, const G
 }
 
 // A token's normalised k^, q^ (this lane's EPL elements of each) and its decay exp(g) and beta,
-// from raw q, k (KP each, zero past K; float or the activation dtype) and the gate inputs a, b.
+// from raw q, k (KP each, zero past K) and the gate inputs a, b.
 struct TokenGates {
   float decay, beta;
 };
-template <int L, int EPL, typename TIn>
-__device__ __forceinline__ TokenGates prep_token(const TIn* sq, const TIn* sk, float a, float b, float A, float dtb,
+template <int L, int EPL>
+__device__ __forceinline__ TokenGates prep_token(const float* sq, const float* sk, float a, float b, float A, float dtb,
                                                  float scale, int ln, float (&kr)[EPL], float (&qr)[EPL]) {
   float kk = 0.f, qq = 0.f;
 #pragma unroll
   for (int e = 0; e < EPL; ++e) {
-    kr[e] = to_float(sk[ln * EPL + e]);
-    qr[e] = to_float(sq[ln * EPL + e]);
+    kr[e] = sk[ln * EPL + e];
+    qr[e] = sq[ln * EPL + e];
     kk += kr[e] * kr[e];
     qq += qr[e] * qr[e];
   }
   const float kn = 1.f / sqrtf(group_sum<L>(kk) + 1e-6f);    // k^ = k / |k|
   const float qn = scale / sqrtf(group_sum<L>(qq) + 1e-6f);  // q^ = q / |q| * scale
-  const float gate = A * rules::softplus(a + dtb);  // g = -exp(A_log) softplus(a + dt_bias), A = -exp(A_log)
+  const float gate = A * rules::softplus(a + dtb);           // g = -exp(A_log) softplus(a + dt_bias)
   TokenGates tg;
   tg.beta = 1.f / (1.f + expf(-b));  // beta = sigmoid(b)
   tg.decay = expf(gate);
@@ -290,12 +289,12 @@ __device__ __forceinline__ float pick_row(float (&ov)[R], int ln) {
 // One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with
 // j G >= vlim are past V). sq, sk: raw q and k (KP each, zero past K); sv: v of the block's rows;
 // a, b: the token's gate inputs. Returns o of row ln for lanes ln < R.
-template <int L, int G, int R, int EPL, typename TIn>
-__device__ __forceinline__ float recur_token(float (&s)[R][EPL], const TIn* sq, const TIn* sk, const float* sv,
+template <int L, int G, int R, int EPL>
+__device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq, const float* sk, const float* sv,
                                              int lrow0, int vlim, float a, float b, float A, float dtb, float scale,
                                              int ln) {
   float kr[EPL], qr[EPL];
-  const TokenGates tg = prep_token<L, EPL, TIn>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
+  const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
   float dot[R], ov[R];
 #pragma unroll
   for (int j = 0; j < R; ++j) {
@@ -369,8 +368,8 @@ __device__ __forceinline__ void emit_token(const RecurrentParams& p, const Group
   }
 }
 
-// Tokens staged at once by the primitive op's kernels: their inputs are loaded together, so a
-// verify sequence waits for one round of input loads per kTB tokens instead of one per token.
+// Tokens staged at once by the primitive op's kernels (their inputs loaded together). 1: measured
+// best (4: verify T = 4 3% slower, bench/RESULTS.md step 17).
 #ifndef GDN_REC_TB
 #define GDN_REC_TB 1
 #endif

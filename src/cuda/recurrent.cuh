@@ -16,7 +16,6 @@
 #include "cuda/rec_common.cuh"
 #include "cuda/recurrent.h"
 #include "cuda/recurrent_packed.cuh"
-#include "cuda/recurrent_stream.cuh"
 
 namespace gdn::cuda {
 
@@ -201,11 +200,8 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     using T = std::true_type;
     using F = std::false_type;
     if (fused) return run(T{}, F{});
-    const bool small16 = sizeof(TS) == 2 && nseq * p.HV <= GDN_REC_SMALL_BATCH;
-    if (!small16)
-      if (std::optional<Status> st = launch_stream<TAct, TS, KP>(p, nseq, stream)) return *st;
     if constexpr (sizeof(TS) == 2) {
-      if (small16) return run(F{}, T{});
+      if (nseq * p.HV <= GDN_REC_SMALL_BATCH) return run(F{}, T{});
       if (use_packed<TS, KP>(p)) {
         const dim3 grid(static_cast<unsigned>((p.V + PackedTraits::kRows - 1) / PackedTraits::kRows),
                         static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq));

@@ -104,7 +104,7 @@ __device__ __forceinline__ float recur_token_packed(uint32_t (&w)[R][EPL / 2], c
                                                     float dtb, float scale, int ln) {
   using P = Pair2<TState>;
   float kr[EPL], qr[EPL];
-  const TokenGates tg = prep_token<L, EPL, float>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
+  const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
   auto k2 = [&](int e) { return make_float2(kr[2 * e], kr[2 * e + 1]); };
   auto q2 = [&](int e) { return make_float2(qr[2 * e], qr[2 * e + 1]); };
   float dot[R], ov[R];
