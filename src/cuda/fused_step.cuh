@@ -5,8 +5,8 @@
 // The blocks of a cluster share the key head's q and k: each block computes the causal conv of a
 // 1/cluster share of the 2K q/k channels (and of its own v rows) and pushes the outputs into every
 // block's shared memory (distributed shared memory); one cluster barrier per token publishes them.
-// Each conv channel has exactly one owner thread in the cluster, which reads its window once into
-// registers, slides it over the tokens and writes that channel's pool rows itself (SPEC.md §3,
+// Each conv channel has exactly one owner thread in the cluster, which reads its window once (into
+// its slot of shared memory), slides it over the tokens and writes that channel's pool rows itself (SPEC.md §3,
 // same rows as conv_channel.cuh): no block reads what another writes, so the pool needs no barrier.
 // Shared q/k/v/gate buffers are double-buffered by token parity, so one barrier per token suffices.
 // Every block also copies a slice of z (all rows < num_actual_tokens, padding included).
@@ -32,6 +32,10 @@ __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait;\n" ::: "memory");
 #endif
 }
+
+#ifndef GDN_STEP_W_SMEM
+#define GDN_STEP_W_SMEM 1
+#endif
 
 template <typename TAct, typename TState, int KP, bool kDense>
 __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TState>::kMinBlocks)
@@ -103,8 +107,18 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
   }
   const bool is_qk = tid < per;
   const int W = p.conv.W;
-  float w[kMaxW], bias = 0.f;
-  TAct win[kMaxW - 1];  // the W-1 inputs before the current token, oldest first
+  // The channel's conv weights, bias and window: in this thread's slot of shared memory
+  // (GDN_STEP_W_SMEM), where they take no registers from the state rows across the token loop, or
+  // in registers.
+  constexpr int kWs = GDN_STEP_W_SMEM ? kThreads : 1;
+  __shared__ float s_w[kWs][kMaxW + 1];
+  __shared__ TAct s_win[kWs][kMaxW - 1];
+  float w_reg[kMaxW], b_reg = 0.f;
+  TAct win_reg[kMaxW - 1];
+  float* const w = GDN_STEP_W_SMEM ? s_w[tid] : w_reg;
+  float& bias = GDN_STEP_W_SMEM ? s_w[tid][kMaxW] : b_reg;
+  TAct* const win = GDN_STEP_W_SMEM ? s_win[tid] : win_reg;  // the W-1 inputs before the current token
+  bias = 0.f;
   int col = 0;
   TAct* pool = static_cast<TAct*>(p.conv.state);
   const int64_t D = p.conv.D;
