@@ -6,8 +6,9 @@
 // 1/cluster share of the 2K q/k channels (and of its own v rows) and pushes the outputs into every
 // block's shared memory (distributed shared memory); one cluster barrier per token publishes them.
 // Each conv channel has exactly one owner thread in the cluster, which reads its window once (into
-// its slot of shared memory), slides it over the tokens and writes that channel's pool rows itself (SPEC.md §3,
-// same rows as conv_channel.cuh): no block reads what another writes, so the pool needs no barrier.
+// its slot of shared memory), slides it over the tokens and writes that channel's pool rows itself
+// (SPEC.md §3, same rows as conv_channel.cuh): no block reads what another writes, so the pool needs
+// no barrier.
 // Shared q/k/v/gate buffers are double-buffered by token parity, so one barrier per token suffices.
 // Every block also copies a slice of z (all rows < num_actual_tokens, padding included).
 #pragma once
