@@ -3,11 +3,11 @@
 //   grid  = (ceil(V / kRows), HV, sequences of both groups), block = PackedTraits warps
 // recurrent_kernel converts every state element to float32 on load, so a register holds 2 bytes of
 // state. Here a sequence of one token keeps its rows as loaded, two 16-bit elements per register,
-// and recomputes exp(g) S from them in both passes of the token (the float operations of
-// recur_token in the same order, so the same results): 12 rows per warp instead of 8 in the same
-// registers. A longer sequence converts the rows in two halves and runs recur_token on each half in
-// turn (float32 rows across tokens, SPEC.md §2). Used where no verify group can hold more than one
-// token per sequence (GDN_REC_PACKED 2): verify batches measured faster in recurrent_kernel.
+// and recomputes exp(g) S from them in both passes of the token (recur_token's float operations,
+// in its order): 12 rows per warp instead of 8 in the same registers. A longer sequence converts
+// the rows in two halves and runs recur_token on each half in turn (float32 rows across tokens,
+// SPEC.md §2). Used where no verify group has more than one column (GDN_REC_PACKED 2): verify
+// batches measured faster in recurrent_kernel.
 #pragma once
 #include "cuda/rec_common.cuh"
 
@@ -24,7 +24,7 @@ namespace gdn::cuda {
 #endif
 // Rows per lane group: 6 measured best for decode (bench/RESULTS.md step 16; 8 spills).
 // GDN_REC_PACKED 1: 16-bit dense state at large batch always goes through the packed kernel; 2: only
-// when no verify group can hold a sequence of more than one token; 0: never.
+// when no verify group has more than one column; 0: never.
 #ifndef GDN_REC_PACKED
 #define GDN_REC_PACKED 2
 #endif
