@@ -1,8 +1,8 @@
 // The CUDA recurrent op picks its kernel from the batch: 16-bit state with sequences x value heads
 // <= 64 (GDN_REC_SMALL_BATCH) the small-batch shape (four-warp blocks, a row per warp); larger
-// batches of dense 16-bit "vk" state without multi-column verify the packed kernel (rows kept as
-// loaded for one-token sequences, two float32 halves for longer ones); the rest the large-batch
-// shape (one-warp blocks, 16 lanes per row).
+// batches of dense 16-bit "vk" state (K = 128) without multi-column verify the packed kernel (rows
+// kept as loaded for one-token sequences, two float32 halves for longer ones); the rest the
+// large-batch shape (one-warp blocks, 16 lanes per row).
 //   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), N = 2
 //     (64 sequence-heads: small) and N = 12 (384: large), for each state dtype: decode (non-spec,
 //     one token per sequence), short non-spec sequences of 1..3 tokens (one launch mixes one-token

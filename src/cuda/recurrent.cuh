@@ -156,10 +156,11 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
       if (row0 + j * G < p.V) store_row<TState, KP, EPL, kDense>(p, si.slot0, hv, row0 + j * G, ln, s[j]);
 }
 
-// The packed kernel takes 16-bit dense "vk" rows (GDN_REC_PACKED above).
+// The packed kernel takes 16-bit dense "vk" rows (GDN_REC_PACKED above) of K = 128, the head dim
+// its device tests and measurements cover; other K keep recurrent_kernel.
 template <typename TS, int KP>
 bool use_packed(const RecurrentParams& p) {
-  if (GDN_REC_PACKED == 0 || p.kv_layout || !p.state_vec || p.K != KP) return false;
+  if (KP != 128 || GDN_REC_PACKED == 0 || p.kv_layout || !p.state_vec || p.K != KP) return false;
   if (GDN_REC_PACKED == 2)
     for (const GroupMeta& g : p.group)
       if (g.n > 0 && g.spec && g.cols > 1) return false;
@@ -202,13 +203,14 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     if (fused) return run(T{}, F{});
     if constexpr (sizeof(TS) == 2) {
       if (nseq * p.HV <= GDN_REC_SMALL_BATCH) return run(F{}, T{});
-      if (use_packed<TS, KP>(p)) {
-        const dim3 grid(static_cast<unsigned>((p.V + PackedTraits::kRows - 1) / PackedTraits::kRows),
-                        static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq));
-        recurrent_packed_kernel<TAct, TS, KP><<<grid, PackedTraits::kThreads, 0, stream>>>(p);
-        GDN_CUDA_CHECK(cudaGetLastError());
-        return Status::Ok();
-      }
+      if constexpr (KP == 128)
+        if (use_packed<TS, KP>(p)) {
+          const dim3 grid(static_cast<unsigned>((p.V + PackedTraits::kRows - 1) / PackedTraits::kRows),
+                          static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq));
+          recurrent_packed_kernel<TAct, TS, KP><<<grid, PackedTraits::kThreads, 0, stream>>>(p);
+          GDN_CUDA_CHECK(cudaGetLastError());
+          return Status::Ok();
+        }
     }
     return run(F{}, F{});
   };

@@ -1,5 +1,5 @@
-// src/cuda/recurrent_packed.cuh — the plain recurrence for 16-bit state ("vk", dense rows) in
-// large decode batches.
+// src/cuda/recurrent_packed.cuh — the plain recurrence for 16-bit state ("vk", dense rows, K = 128)
+// in large decode batches.
 //   grid  = (ceil(V / kRows), HV, sequences of both groups), block = PackedTraits warps
 // recurrent_kernel converts every state element to float32 on load, so a register holds 2 bytes of
 // state. Here a sequence of one token keeps its rows as loaded, two 16-bit elements per register,
