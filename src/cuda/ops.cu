@@ -208,31 +208,30 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
   const rules::ProjLayout L = rules::proj_layout(a);
   const int64_t n_ns = a.num_prefills + a.num_decodes, n_sp = a.num_spec_decodes;
   auto limit = [&](const TensorView& indx) { return indx.present() ? indx.shape[0] : a.num_actual_tokens; };
-  GroupMeta g0 = group_meta(a.non_spec_query_start_loc, a.non_spec_state_indices_tensor, TensorView{},
-                            a.has_initial_state, a.non_spec_token_indx, limit(a.non_spec_token_indx));
-  GroupMeta g1 = group_meta(a.spec_query_start_loc, a.spec_state_indices_tensor, a.num_accepted_tokens, TensorView{},
-                            a.spec_token_indx, limit(a.spec_token_indx));
-  g0.n = n_ns;
-  g1.n = n_sp;
-  TokenSource src;
-  src.qkvz = a.projected_states_qkvz.data;
-  src.qkvz_rs = a.projected_states_qkvz.stride[0];
-  src.ba = a.projected_states_ba.data;
-  src.ba_rs = a.projected_states_ba.stride[0];
-  src.proj = L;
-  src.num_actual_tokens = a.num_actual_tokens;
-  ConvRef conv = conv_ref(a.conv_state, a.conv_weights, a.conv_bias, a.activation);
+  StepParams step;  // what both kernels read
+  step.group[0] = group_meta(a.non_spec_query_start_loc, a.non_spec_state_indices_tensor, TensorView{},
+                             a.has_initial_state, a.non_spec_token_indx, limit(a.non_spec_token_indx));
+  step.group[1] = group_meta(a.spec_query_start_loc, a.spec_state_indices_tensor, a.num_accepted_tokens,
+                             TensorView{}, a.spec_token_indx, limit(a.spec_token_indx));
+  step.group[0].n = n_ns;
+  step.group[1].n = n_sp;
+  step.n0 = n_ns;
+  step.src.qkvz = a.projected_states_qkvz.data;
+  step.src.qkvz_rs = a.projected_states_qkvz.stride[0];
+  step.src.ba = a.projected_states_ba.data;
+  step.src.ba_rs = a.projected_states_ba.stride[0];
+  step.src.proj = L;
+  step.src.num_actual_tokens = a.num_actual_tokens;
+  step.conv = conv_ref(a.conv_state, a.conv_weights, a.conv_bias, a.activation);
   // A slot must exist in both pools to be used.
-  conv.num_slots = std::min(a.conv_state.shape[0], a.ssm_state.shape[0]);
-  const bool has_null = a.null_block_id.has_value();
-  const int64_t null_id = a.null_block_id.value_or(0);
+  step.conv.num_slots = std::min(a.conv_state.shape[0], a.ssm_state.shape[0]);
+  step.has_null = a.null_block_id.has_value();
+  step.null_id = a.null_block_id.value_or(0);
+  step.z = a.z.data;
+  step.z_rs = a.z.stride[0];
 
   RecurrentParams rp;
-  rp.group[0] = g0;
-  rp.group[1] = g1;
-  rp.n0 = n_ns;
-  rp.src = src;
-  rp.conv = conv;
+  static_cast<StepParams&>(rp) = step;
   rp.A_log = float_ref(a.A_log);
   rp.dt_bias = float_ref(a.dt_bias);
   fill_state(rp, a.ssm_state, StateLayout::kVK);
@@ -244,22 +243,10 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
   rp.V = static_cast<int>(L.V);
   rp.r = static_cast<int>(L.r);
   rp.scale = static_cast<float>(a.scale.value_or(1.0 / std::sqrt(static_cast<double>(L.K))));
-  rp.has_null = has_null;
-  rp.null_id = null_id;
-  rp.z = a.z.data;
-  rp.z_rs = a.z.stride[0];
 
   ConvParams cp;
-  cp.group[0] = g0;
-  cp.group[1] = g1;
-  cp.n0 = n_ns;
-  cp.src = src;
-  cp.conv = conv;
+  static_cast<StepParams&>(cp) = step;
   cp.per_token = false;  // gdn_attention's spec conv layout is rolling
-  cp.has_null = has_null;
-  cp.null_id = null_id;
-  cp.z = a.z.data;
-  cp.z_rs = a.z.stride[0];
   const DType act = a.projected_states_qkvz.dtype;
   return on_device(a.projected_states_qkvz.device_index, [&] {
     auto s = static_cast<cudaStream_t>(stream);

@@ -43,11 +43,21 @@ struct ConvRef {
   bool silu = true;
 };
 
-struct RecurrentParams {
+// What the recurrent and the conv kernels share: the two groups of sequences, their token inputs,
+// the conv pool and weights, the null slot and (gdn_attention) the z copy. gdn_attention fills it
+// once for both of its kernels.
+struct StepParams {
   GroupMeta group[2];
   int64_t n0 = 0;  // blockIdx.z < n0: group 0, else group 1
-  TokenSource src;
-  ConvRef conv;    // fused only (read-only there)
+  TokenSource src;  // conv: x in src.q with row stride src.q_rs (primitive), or the projections (fused)
+  ConvRef conv;     // recurrent: fused only (read-only there)
+  bool has_null = false;
+  int64_t null_id = 0;
+  void* z = nullptr;  // gdn_attention only: z copy
+  int64_t z_rs = 0;
+};
+
+struct RecurrentParams : StepParams {
   FloatRef A_log, dt_bias;
   void* state = nullptr;  // [slots, HV, V, K] or [slots, HV, K, V]
   int64_t state_slot_stride = 0, num_slots = 0;
@@ -56,26 +66,12 @@ struct RecurrentParams {
   int64_t o_rs = 0;
   int H = 0, HV = 0, K = 0, V = 0, r = 1;
   float scale = 1.f;
-  bool has_null = false;
-  int64_t null_id = 0;
-  // fused one-launch step only: z copy (the conv pool update needs nothing more than conv)
-  void* z = nullptr;
-  int64_t z_rs = 0;
 };
 
-struct ConvParams {
-  GroupMeta group[2];
-  int64_t n0 = 0;
-  TokenSource src;  // x in src.q with row stride src.q_rs (primitive), or the projections (fused)
-  ConvRef conv;
+struct ConvParams : StepParams {
   void* y = nullptr;  // [rows, D] (primitive only)
   int64_t y_rs = 0;
   bool per_token = false;  // verify conv layout
-  bool has_null = false;
-  int64_t null_id = 0;
-  // fused only: z copy
-  void* z = nullptr;
-  int64_t z_rs = 0;
 };
 
 }  // namespace gdn::cuda
