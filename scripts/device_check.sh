@@ -12,7 +12,7 @@ echo "build ok"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for s in $STAGES; do
   case $s in
-    tests) (cd $B && ctest -j 8 --output-on-failure > "$OUT/ctest.log" 2>&1); echo "ctest rc=$?"; grep -E "tests passed|tests failed" "$OUT/ctest.log"; grep -E "^\s+[0-9]+ - .*\(Failed|Timeout|SEGFAULT|Exception\)" "$OUT/ctest.log" | head -30 ;;
+    tests) (cd $B && ctest -j 8 --timeout 120 --output-on-failure > "$OUT/ctest.log" 2>&1); echo "ctest rc=$?"; grep -E "tests passed|tests failed" "$OUT/ctest.log"; grep -E "^\s+[0-9]+ - .*\(Failed|Timeout|SEGFAULT|Exception\)" "$OUT/ctest.log" | head -30 ;;
     replay) $B/bin/gdn replay tests/data/golden --backend cuda 2>&1 | tee "$OUT/replay.log" | tail -25 ;;
     ptxas) nvcc -std=c++17 -O3 -arch=sm_90 -Iinclude -Isrc --expt-relaxed-constexpr -Xptxas -v -c src/cuda/recurrent_bf16_f32.cu -o /tmp/r.o > "$OUT/ptxas.log" 2>&1; nvcc -std=c++17 -O3 -arch=sm_90 -Iinclude -Isrc --expt-relaxed-constexpr -Xptxas -v -c src/cuda/recurrent_bf16_bf16.cu -o /tmp/r2.o >> "$OUT/ptxas.log" 2>&1; grep -E "registers|spill" "$OUT/ptxas.log" | sort | uniq -c | head -20 ;;
     sanitize) # every CUDA test (golden, properties, hostile metadata) under memcheck; racecheck on a subset

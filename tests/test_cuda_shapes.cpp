@@ -1,26 +1,33 @@
-// The CUDA recurrent op picks its kernel from the batch: 16-bit state with sequences x value heads
-// <= 64 (GDN_REC_SMALL_BATCH) the small-batch shape (four-warp blocks, a row per warp); larger
-// batches of dense 16-bit "vk" state (K = 128) without multi-column verify the packed kernel (rows
-// kept as loaded for one-token sequences, two float32 halves for longer ones); the rest the
-// large-batch shape (one-warp blocks, 16 lanes per row).
+// The CUDA recurrent op picks its kernel from the batch: on sm_90, batches of at least 128
+// sequence-heads (dense "vk" state, K = 128) the pipelined kernel (recurrent_tma.cuh: 1 or 4 staged
+// tokens per item, later tokens from global memory); otherwise 16-bit state with sequences x value
+// heads <= 64 (GDN_REC_SMALL_BATCH) the small-batch shape; larger batches of dense 16-bit "vk" state
+// without multi-column verify the packed kernel; the rest the large-batch shape.
 //   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), N = 2
-//     (64 sequence-heads: small) and N = 12 (384: large), for each state dtype: decode (non-spec,
-//     one token per sequence), short non-spec sequences of 1..3 tokens (one launch mixes one-token
-//     and longer sequences), verify (3 columns, 1..3 tokens per sequence, ragged accepted counts)
-//     verify with one column, and "skewed" batches (2 tokens in every other sequence, none in the
-//     rest); outputs and every state slot against the CPU backend.
+//     (64 sequence-heads) and N = 12 (384: the pipelined kernel on sm_90, and again with
+//     GDN_CUDA_TMA=0: the register kernels), for each state dtype: decode (non-spec, one token per
+//     sequence), short non-spec sequences of 1..3 tokens (one launch mixes one-token and longer
+//     sequences), verify (3 columns, 1..3 tokens per sequence, ragged accepted counts), verify with
+//     one column, "skewed" batches (2 tokens in every other sequence, none in the rest) and "long"
+//     ones (7 and 1 tokens alternating: tokens past the 4 staged ones); outputs and every state slot
+//     against the CPU backend. (ctest also runs every CUDA test with GDN_CUDA_TMA=1, so N = 2 and
+//     the golden and property tests reach the pipelined kernel too.)
 // Tolerances: same float32 math in another summation order; outputs are bf16: rel L2 1e-2; states
 // rel L2 1e-5 in float32, 1e-2 in 16 bits (a rounding of the stored state may differ).
+#include <optional>
+
 #include "prop_ops.h"
+#include "scoped_env.h"
 
 namespace gdn::prop {
 namespace {
 
-enum class Mode { kDecode, kShort, kVerify, kVerify1, kSkewed };
+enum class Mode { kDecode, kShort, kVerify, kVerify1, kSkewed, kLong };
 struct ShapeParam {
   DType state;
   int64_t n;
   Mode mode;
+  bool tma_off = false;  // GDN_CUDA_TMA=0 for this case: the register kernels take the batch
 };
 std::string shape_name(const ::testing::TestParamInfo<ShapeParam>& i) {
   return std::string("state") + dtype_short(i.param.state) + "_N" + std::to_string(i.param.n) +
@@ -28,7 +35,9 @@ std::string shape_name(const ::testing::TestParamInfo<ShapeParam>& i) {
           : i.param.mode == Mode::kVerify1 ? "_verify1col"
           : i.param.mode == Mode::kSkewed  ? "_skewed"
           : i.param.mode == Mode::kShort   ? "_short"
-                                           : "_decode");
+          : i.param.mode == Mode::kLong    ? "_long"
+                                           : "_decode") +
+         (i.param.tma_off ? "_tmaoff" : "");
 }
 
 class CudaShapes : public ::testing::TestWithParam<ShapeParam> {};
@@ -44,6 +53,7 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
     acc[i] = r.randint(1, cols);
     if (prm.mode == Mode::kShort || prm.mode == Mode::kVerify) lens[i] = r.randint(1, 3);
     if (prm.mode == Mode::kSkewed) lens[i] = i % 2 == 0 ? 2 : 0;  // as many tokens as sequences
+    if (prm.mode == Mode::kLong) lens[i] = i % 2 == 0 ? 7 : 1;    // 4 tokens per sequence on average
   }
   for (int64_t s = 0; s < n * cols; ++s) slot_ids[s] = s;
   for (int64_t s = n * cols - 1; s > 0; --s) std::swap(slot_ids[s], slot_ids[r.randint(0, s)]);
@@ -62,7 +72,11 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
                                     << shape_name({prm, 0}));
   Buf* nacc_ptr = verify ? &nacc : nullptr;
   PROP_ASSERT_OK(run_gdr(Backend::kCPU, false, in, pool_cpu, StateLayout::kVK, qsl, slots, nacc_ptr, nullptr, o_cpu));
-  PROP_ASSERT_OK(run_gdr(Backend::kCUDA, false, in, pool, StateLayout::kVK, qsl, slots, nacc_ptr, nullptr, o_gpu));
+  {
+    std::optional<ScopedEnv> tma;
+    if (prm.tma_off) tma.emplace("GDN_CUDA_TMA", "0");
+    PROP_ASSERT_OK(run_gdr(Backend::kCUDA, false, in, pool, StateLayout::kVK, qsl, slots, nacc_ptr, nullptr, o_gpu));
+  }
   const double tol = 1e-2;  // the outputs are bf16 in every case
   const int64_t no = o_cpu.numel();
   EXPECT_LE(rel_l2(o_gpu, o_cpu, {{0, no}}, {{0, no}}), tol) << "o: relative L2 error vs the CPU";
@@ -74,7 +88,10 @@ std::vector<ShapeParam> shape_params() {
   std::vector<ShapeParam> v;
   for (DType st : {DType::kBFloat16, DType::kFloat16, DType::kFloat32})
     for (int64_t n : {2, 12})
-      for (Mode m : {Mode::kDecode, Mode::kShort, Mode::kVerify, Mode::kVerify1, Mode::kSkewed}) v.push_back({st, n, m});
+      for (Mode m : {Mode::kDecode, Mode::kShort, Mode::kVerify, Mode::kVerify1, Mode::kSkewed, Mode::kLong}) {
+        v.push_back({st, n, m});
+        if (n == 12) v.push_back({st, n, m, true});
+      }
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaShapes, ::testing::ValuesIn(shape_params()), shape_name);

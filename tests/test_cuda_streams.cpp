@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cuda_device.h"
+#include "scoped_env.h"
 #include "prop_attention.h"
 
 #ifdef GDN_WITH_CUDA
@@ -150,26 +151,6 @@ std::string param_str(const LaunchParam& p) {
          std::to_string(p.HV) + "_K" + std::to_string(p.K) + "_V" + std::to_string(p.V);
 }
 void PrintTo(const LaunchParam& p, std::ostream* os) { *os << param_str(p); }
-
-// Sets an environment variable for the scope, restoring the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
 
 class CudaFusedLaunches : public ::testing::TestWithParam<LaunchParam> {};
 

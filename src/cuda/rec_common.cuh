@@ -251,13 +251,11 @@ struct TokenGates {
   float decay, beta;
 };
 template <int L, int EPL>
-__device__ __forceinline__ TokenGates prep_token(const float* sq, const float* sk, float a, float b, float A, float dtb,
-                                                 float scale, int ln, float (&kr)[EPL], float (&qr)[EPL]) {
+__device__ __forceinline__ TokenGates prep_regs(float a, float b, float A, float dtb, float scale, float (&kr)[EPL],
+                                                float (&qr)[EPL]) {
   float kk = 0.f, qq = 0.f;
 #pragma unroll
   for (int e = 0; e < EPL; ++e) {
-    kr[e] = sk[ln * EPL + e];
-    qr[e] = sq[ln * EPL + e];
     kk += kr[e] * kr[e];
     qq += qr[e] * qr[e];
   }
@@ -274,6 +272,17 @@ __device__ __forceinline__ TokenGates prep_token(const float* sq, const float* s
   }
   return tg;
 }
+// The same from raw q, k in shared memory (KP floats each, zero past K).
+template <int L, int EPL>
+__device__ __forceinline__ TokenGates prep_token(const float* sq, const float* sk, float a, float b, float A, float dtb,
+                                                 float scale, int ln, float (&kr)[EPL], float (&qr)[EPL]) {
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    kr[e] = sk[ln * EPL + e];
+    qr[e] = sq[ln * EPL + e];
+  }
+  return prep_regs<L, EPL>(a, b, A, dtb, scale, kr, qr);
+}
 
 // The o value of row ln (lanes ln < R) among a lane group's R row outputs, after the group sums.
 template <int L, int R>
@@ -286,15 +295,11 @@ __device__ __forceinline__ float pick_row(float (&ov)[R], int ln) {
   return mine;
 }
 
-// One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with
-// j G >= vlim are past V). sq, sk: raw q and k (KP each, zero past K); sv: v of the block's rows;
-// a, b: the token's gate inputs. Returns o of row ln for lanes ln < R.
-template <int L, int G, int R, int EPL>
-__device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq, const float* sk, const float* sv,
-                                             int lrow0, int vlim, float a, float b, float A, float dtb, float scale,
-                                             int ln) {
-  float kr[EPL], qr[EPL];
-  const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
+// One token for a lane group's R rows, given k^, q^ (this lane's elements) and the gates;
+// v_of(j): v of row j (0 past V). Returns o of row ln for lanes ln < R.
+template <int L, int G, int R, int EPL, typename VOf>
+__device__ __forceinline__ float recur_rows(float (&s)[R][EPL], const float (&kr)[EPL], const float (&qr)[EPL],
+                                           TokenGates tg, VOf v_of, int ln) {
   float dot[R], ov[R];
 #pragma unroll
   for (int j = 0; j < R; ++j) {
@@ -309,7 +314,7 @@ __device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq
   for (int j = 0; j < R; ++j) dot[j] = group_sum<L>(dot[j]);
 #pragma unroll
   for (int j = 0; j < R; ++j) {
-    const float d = tg.beta * ((j * G < vlim ? sv[lrow0 + j * G] : 0.f) - dot[j]);  // d = beta (v - S k^)
+    const float d = tg.beta * (v_of(j) - dot[j]);  // d = beta (v - S k^)
     ov[j] = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
@@ -318,6 +323,18 @@ __device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq
     }
   }
   return pick_row<L, R>(ov, ln);
+}
+
+// One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with
+// j G >= vlim are past V). sq, sk: raw q and k (KP each, zero past K); sv: v of the block's rows;
+// a, b: the token's gate inputs. Returns o of row ln for lanes ln < R.
+template <int L, int G, int R, int EPL>
+__device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq, const float* sk, const float* sv,
+                                             int lrow0, int vlim, float a, float b, float A, float dtb, float scale,
+                                             int ln) {
+  float kr[EPL], qr[EPL];
+  const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
+  return recur_rows<L, G, R, EPL>(s, kr, qr, tg, [&](int j) { return j * G < vlim ? sv[lrow0 + j * G] : 0.f; }, ln);
 }
 
 // The primitive op's inputs of one token (global row `row`) into shared memory: raw q and k of key

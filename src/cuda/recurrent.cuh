@@ -16,6 +16,7 @@
 #include "cuda/rec_common.cuh"
 #include "cuda/recurrent.h"
 #include "cuda/recurrent_packed.cuh"
+#include "cuda/recurrent_tma.cuh"
 
 namespace gdn::cuda {
 
@@ -201,6 +202,7 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     using T = std::true_type;
     using F = std::false_type;
     if (fused) return run(T{}, F{});
+    if (std::optional<Status> st = launch_tma<TAct, TS, KP>(p, nseq, stream)) return *st;
     if constexpr (sizeof(TS) == 2) {
       if (nseq * p.HV <= GDN_REC_SMALL_BATCH) return run(F{}, T{});
       if constexpr (KP == 128)

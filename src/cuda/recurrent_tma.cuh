@@ -1,0 +1,426 @@
+// src/cuda/recurrent_tma.cuh — the primitive recurrence (gated_delta_rule_recurrent) on sm_90 as a
+// producer/consumer pipeline: state tiles and the first tokens' inputs arrive in shared memory by
+// bulk copies (the Tensor Memory Accelerator's cp.async.bulk) while consumer warps compute.
+//   grid  = min(items, resident blocks) persistent blocks; block b takes items b, b + grid, ...
+//   item  = kItemRows rows of one (sequence, value head): contiguous bytes of a dense "vk" slot
+//   block = kConsumers consumer warps + 1 producer warp; S stages of shared memory in a ring
+// recurrent_kernel's one-warp blocks each resolve their sequence, load their rows, wait, compute and
+// exit: the warp holds no bytes in flight during the metadata round trip and the compute, and a
+// register holds 4 (float32) or 2 (16-bit) bytes of state. Here the producer warp resolves 32 items'
+// metadata at once (one lane each), then for each item waits for a free stage, writes the item's
+// metadata and gate inputs there and issues bulk copies of the state tile (read slot, evict-first)
+// and of q, k and the tile's v values for the sequence's first kTok tokens; a full barrier (mbarrier
+// with transaction bytes) tells the item's consumer. Consumer warp c takes the block's items c,
+// c + kConsumers, ...: waits for the stage, reads rows into registers kPassRows at a time (the
+// recurrent_kernel's float32 lane mapping: 16 lanes x 8 K-elements per row, 4 rows per lane group),
+// runs every token of the sequence (inputs of tokens past kTok straight from global memory),
+// stores o and the states from registers, and frees the stage (empty barrier, all 32 lanes).
+// Float32 across tokens (SPEC.md §2); same operations as recur_token.
+#pragma once
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "cuda/rec_common.cuh"
+
+namespace gdn::cuda {
+
+// GDN_TMA 0 (or GDN_CUDA_TMA=0 in the environment at run time) disables the kernel: then
+// recurrent_kernel / recurrent_packed_kernel take every batch.
+#ifndef GDN_TMA
+#define GDN_TMA 1
+#endif
+#ifndef GDN_TMA_CONSUMERS
+#define GDN_TMA_CONSUMERS 8
+#endif
+#ifndef GDN_TMA_SMEM_KB  // dynamic shared memory per block: the stages and their barriers
+#define GDN_TMA_SMEM_KB 108
+#endif
+#ifndef GDN_TMA_MB  // resident blocks per SM the register budget must allow
+#define GDN_TMA_MB 2
+#endif
+#ifndef GDN_TMA_MIN_SEQHEADS  // smaller batches (sequences x value heads) keep the latency-bound kernels
+#define GDN_TMA_MIN_SEQHEADS 128
+#endif
+#ifndef GDN_TMA_PASSES_F32  // passes of 8 rows per item: item rows = 8 x passes
+#define GDN_TMA_PASSES_F32 1
+#endif
+#ifndef GDN_TMA_PASSES_16
+#define GDN_TMA_PASSES_16 2
+#endif
+
+// ---- mbarrier and bulk-copy primitives (PTX, sm_90) ----
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+// Waits for the completion of the barrier's phase of the given parity.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "retry:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra retry;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) from global to this block's shared
+// memory; completion counted on bar's transaction bytes.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+__device__ __forceinline__ void bulk_load_hint(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                               uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(pol)
+      : "memory");
+}
+
+// A lane's EPL contiguous activations (16-byte aligned) as float.
+template <typename T, int EPL>
+__device__ __forceinline__ void load_act(const T* src, float (&out)[EPL]) {
+  static_assert((EPL * sizeof(T)) % 16 == 0, "whole 16-byte vectors");
+  constexpr int kPer = 16 / sizeof(T);
+#pragma unroll
+  for (int c = 0; c < EPL / kPer; ++c) {
+    const uint4 u = reinterpret_cast<const uint4*>(src)[c];
+    const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) out[c * kPer + j] = to_float(e[j]);
+  }
+}
+
+// What the producer resolved for an item, read by its consumer from the stage.
+enum : int { kTmaSkip = 1, kTmaPad = 2, kTmaInit = 4 };
+template <int kTok>
+struct TmaMeta {
+  int64_t begin, len, slot0;
+  int64_t row[kTok];       // global rows of the staged tokens
+  int64_t col_slot[kTok];  // verify: the slot that receives the state after token t (-1: none)
+  float a[kTok], b[kTok];
+  int flags;
+};
+
+constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+template <typename TAct, typename TS, int KP, int kTok>
+struct TmaLayout {
+  static constexpr int kLanes = 16, kGroups = 2, kRowsPerLane = 4, EPL = KP / kLanes;
+  static constexpr int kPassRows = kGroups * kRowsPerLane;  // rows a consumer warp holds at once
+  static constexpr int kPasses = sizeof(TS) == 4 ? GDN_TMA_PASSES_F32 : GDN_TMA_PASSES_16;
+  static constexpr int kItemRows = kPassRows * kPasses;
+  static constexpr int kConsumers = GDN_TMA_CONSUMERS, kThreads = (kConsumers + 1) * 32;
+  static constexpr int kTile = kItemRows * KP * static_cast<int>(sizeof(TS));
+  static constexpr int kQK = KP * static_cast<int>(sizeof(TAct));
+  static constexpr int kV = kItemRows * static_cast<int>(sizeof(TAct));
+  static constexpr int kOffQ = kTile, kOffK = kOffQ + kTok * kQK, kOffV = kOffK + kTok * kQK;
+  static constexpr int kOffMeta = kOffV + kTok * kV;
+  static constexpr int kStage = round_up(kOffMeta + static_cast<int>(sizeof(TmaMeta<kTok>)), 128);
+  static constexpr int kMaxStages = 64, kBarBytes = 2 * kMaxStages * 8;
+  static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
+};
+
+// Item -> (group, sequence, value head, row tile); items are ordered (sequence, value head, tile).
+struct TmaItem {
+  int gi, hv, x;
+  int64_t i;
+};
+__device__ __forceinline__ TmaItem tma_item(const RecurrentParams& p, int64_t item, int tiles) {
+  TmaItem t;
+  t.x = static_cast<int>(item % tiles);
+  const int64_t r = item / tiles;
+  t.hv = static_cast<int>(r % p.HV);
+  const int64_t z = r / p.HV;
+  t.gi = z < p.n0 ? 0 : 1;
+  t.i = t.gi ? z - p.n0 : z;
+  return t;
+}
+
+struct TmaGrid {
+  int tiles, stages;
+};
+
+// The producer warp: resolves 32 items at once (lane u: the block's item k0 + u), then issues them
+// in order, one lane at a time.
+template <typename TAct, typename TS, int KP, int kTok>
+__device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int64_t nk, uint8_t* stages,
+                                            uint64_t* full, uint64_t* empty, int lane) {
+  using Lay = TmaLayout<TAct, TS, KP, kTok>;
+  const uint64_t pol = evict_first_policy();
+  for (int64_t k0 = 0; k0 < nk; k0 += 32) {
+    const int64_t k = k0 + lane;
+    TmaMeta<kTok> m{};
+    const void* tile = nullptr;
+    int ntok = 0, hv = 0, h = 0, x = 0;
+    if (k < nk) {
+      const TmaItem it = tma_item(p, blockIdx.x + k * gridDim.x, tg.tiles);
+      const GroupMeta& g = p.group[it.gi];
+      const SeqInfo si = resolve_seq(p, g, it.i, false);
+      hv = it.hv, h = it.hv / p.r, x = it.x;
+      m.begin = si.tr.begin, m.len = si.tr.len, m.slot0 = si.slot0;
+      m.flags = (si.tr.len == 0 ? kTmaSkip : si.pad ? kTmaPad : 0) | (si.init ? kTmaInit : 0);
+      ntok = m.flags & (kTmaSkip | kTmaPad) ? 0 : static_cast<int>(si.tr.len < kTok ? si.tr.len : kTok);
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        m.row[t] = t < ntok ? global_row(g, si.tr.begin + t, g.limit) : 0;
+        m.col_slot[t] = -1;
+        if (t < ntok && g.spec && t < g.cols) {
+          const int64_t s = g.slots(it.i, t);
+          if (rules::slot_valid(s, p.num_slots, p.has_null, p.null_id)) m.col_slot[t] = s;
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kTok; ++t)
+        if (t < ntok) {
+          m.a[t] = to_float(static_cast<const TAct*>(p.src.a)[m.row[t] * p.src.a_rs + hv]);
+          m.b[t] = to_float(static_cast<const TAct*>(p.src.b)[m.row[t] * p.src.b_rs + hv]);
+        }
+      if (ntok > 0 && si.init)
+        tile = static_cast<const TS*>(p.state) + si.read_slot * p.state_slot_stride +
+               (static_cast<int64_t>(hv) * p.V + static_cast<int64_t>(x) * Lay::kItemRows) * KP;
+    }
+    const int nb = static_cast<int>(nk - k0 < 32 ? nk - k0 : 32);
+    for (int u = 0; u < nb; ++u) {
+      if (lane == u) {
+        const int st = static_cast<int>(k % tg.stages);
+        const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
+        mbar_wait(&empty[st], phase ^ 1u);  // the first round passes at once
+        uint8_t* sb = stages + static_cast<int64_t>(st) * Lay::kStage;
+        *reinterpret_cast<TmaMeta<kTok>*>(sb + Lay::kOffMeta) = m;
+        const uint32_t bytes = (tile ? Lay::kTile : 0) + ntok * (2 * Lay::kQK + Lay::kV);
+        mbar_arrive_tx(&full[st], bytes);
+        if (tile) bulk_load_hint(sb, tile, Lay::kTile, &full[st], pol);
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) {
+          if (t >= ntok) break;
+          const int64_t row = m.row[t];
+          const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
+          const TAct* kk = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
+          const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * p.V +
+                          static_cast<int64_t>(x) * Lay::kItemRows;
+          bulk_load(sb + Lay::kOffQ + t * Lay::kQK, q, Lay::kQK, &full[st]);
+          bulk_load(sb + Lay::kOffK + t * Lay::kQK, kk, Lay::kQK, &full[st]);
+          bulk_load(sb + Lay::kOffV + t * Lay::kV, v, Lay::kV, &full[st]);
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+// A consumer warp: its items, every token of each, in passes of kPassRows rows.
+template <typename TAct, typename TS, int KP, int kTok>
+__device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int64_t nk, const uint8_t* stages,
+                                            uint64_t* full, uint64_t* empty, int warp, int lane) {
+  using Lay = TmaLayout<TAct, TS, KP, kTok>;
+  constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL;
+  const int ln = lane % L, grp = lane / L;
+  for (int64_t k = warp; k < nk; k += Lay::kConsumers) {
+    const TmaItem it = tma_item(p, blockIdx.x + k * gridDim.x, tg.tiles);
+    const GroupMeta& g = p.group[it.gi];
+    const int hv = it.hv, h = hv / p.r;
+    const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);  // requested before the wait
+    const int st = static_cast<int>(k % tg.stages);
+    mbar_wait(&full[st], static_cast<uint32_t>(k / tg.stages) & 1u);
+    const uint8_t* sb = stages + static_cast<int64_t>(st) * Lay::kStage;
+    const TmaMeta<kTok>& m = *reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta);
+    const int flags = m.flags;
+    const rules::TokenRange tr{m.begin, m.len};
+    if (!(flags & kTmaSkip)) {
+      const int ntok = static_cast<int>(tr.len < kTok ? tr.len : kTok);
+#pragma unroll 1
+      for (int ps = 0; ps < Lay::kPasses; ++ps) {
+        const int lr0 = ps * Lay::kPassRows + grp;                // item-local row of the group's row 0
+        const int row0 = it.x * Lay::kItemRows + lr0;             // its value index
+        if (flags & kTmaPad) {
+          zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
+          continue;
+        }
+        float s[R][EPL];
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          if (flags & kTmaInit) load_act<TS, EPL>(reinterpret_cast<const TS*>(sb) + (lr0 + j * G) * KP + ln * EPL, s[j]);
+          else
+#pragma unroll
+            for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
+        }
+        for (int64_t t = 0; t < tr.len; ++t) {
+          float kr[EPL], qr[EPL], vv[R], a, b;
+          int64_t row;
+          if (t < ntok) {
+            const int tt = static_cast<int>(t);
+            const TAct* sq = reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK);
+            const TAct* sk = reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK);
+            const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
+            load_act<TAct, EPL>(sq + ln * EPL, qr);
+            load_act<TAct, EPL>(sk + ln * EPL, kr);
+#pragma unroll
+            for (int j = 0; j < R; ++j) vv[j] = to_float(sv[lr0 + j * G]);
+            row = m.row[tt], a = m.a[tt], b = m.b[tt];
+          } else {  // past the staged tokens: straight from global memory
+            row = global_row(g, tr.begin + t, g.limit);
+            const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
+            const TAct* kk = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
+            const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * p.V;
+            load_act<TAct, EPL>(q + ln * EPL, qr);
+            load_act<TAct, EPL>(kk + ln * EPL, kr);
+#pragma unroll
+            for (int j = 0; j < R; ++j) vv[j] = to_float(v[row0 + j * G]);
+            a = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
+            b = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+          }
+          const TokenGates gates = prep_regs<L, EPL>(a, b, A, dtb, p.scale, kr, qr);
+          const float mine = recur_rows<L, G, R, EPL>(s, kr, qr, gates, [&](int j) { return vv[j]; }, ln);
+          if (ln < R)
+            static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] =
+                from_float<TAct>(mine);
+          if (g.spec && t < g.cols) {
+            int64_t slot = t < ntok ? m.col_slot[t] : g.slots(it.i, t);
+            if (t >= ntok && !rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id)) slot = -1;
+            if (slot >= 0)
+#pragma unroll
+              for (int j = 0; j < R; ++j) store_row<TS, KP, EPL, true>(p, slot, hv, row0 + j * G, ln, s[j]);
+          }
+        }
+        if (!g.spec)
+#pragma unroll
+          for (int j = 0; j < R; ++j) store_row<TS, KP, EPL, true>(p, m.slot0, hv, row0 + j * G, ln, s[j]);
+      }
+    }
+    mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
+  }
+}
+
+template <typename TAct, typename TS, int KP, int kTok>
+__global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok>::kThreads, GDN_TMA_MB)
+    recurrent_tma_kernel(const __grid_constant__ RecurrentParams p, const TmaGrid tg) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Lay = TmaLayout<TAct, TS, KP, kTok>;
+  extern __shared__ __align__(16) uint8_t tma_smem[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(tma_smem);
+  uint64_t* empty = full + Lay::kMaxStages;
+  uint8_t* stages = tma_smem + Lay::kBarBytes;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < tg.stages; ++s) {
+      mbar_init(&full[s], 1);   // the producer's arrive (plus the copies' bytes)
+      mbar_init(&empty[s], 32);  // the consumer warp's 32 lanes
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const int64_t items = static_cast<int64_t>(p.group[0].n + p.group[1].n) * p.HV * tg.tiles;
+  const int64_t nk = (items - blockIdx.x + gridDim.x - 1) / gridDim.x;  // this block's items
+  if (warp == Lay::kConsumers) tma_produce<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, lane);
+  else tma_consume<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, warp, lane);
+#else
+  __trap();  // launched only where the device runs sm_90 code (checked on the host)
+#endif
+}
+
+// ---- host side ----
+// Per (kernel instantiation, device): stages, shared memory and resident blocks, found once.
+struct TmaShape {
+  bool ok = false;
+  int stages = 0, smem = 0, blocks = 0;  // blocks: resident blocks on the whole device
+};
+template <typename TAct, typename TS, int KP, int kTok>
+TmaShape tma_shape(int dev) {
+  using Lay = TmaLayout<TAct, TS, KP, kTok>;
+  constexpr int kMaxDev = 64;
+  static std::mutex mu;
+  static TmaShape shapes[kMaxDev];
+  static bool known[kMaxDev] = {};
+  if (dev < 0 || dev >= kMaxDev) return TmaShape{};
+  std::lock_guard<std::mutex> lock(mu);
+  if (!known[dev]) {
+    known[dev] = true;
+    TmaShape s;
+    auto kernel = recurrent_tma_kernel<TAct, TS, KP, kTok>;
+    int major = 0, sms = 0, per_sm = 0;
+    cudaFuncAttributes fa{};
+    s.stages = (GDN_TMA_SMEM_KB * 1024 - Lay::kBarBytes) / Lay::kStage;
+    s.stages = s.stages < Lay::kMaxStages ? s.stages : Lay::kMaxStages;
+    s.smem = Lay::kBarBytes + s.stages * Lay::kStage;
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                    major >= 9 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&
+                    s.stages >= 2 &&
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem) == cudaSuccess &&
+                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Lay::kThreads, s.smem) ==
+                        cudaSuccess &&
+                    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();  // a failed query is not the caller's error: the other kernels run
+    s.blocks = per_sm * sms;
+    s.ok = ok && s.blocks > 0;
+    shapes[dev] = s;
+  }
+  return shapes[dev];
+}
+
+inline bool aligned16(const void* ptr, int64_t row_stride, size_t es) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (row_stride * static_cast<int64_t>(es)) % 16 == 0;
+}
+
+// Launches the pipelined kernel where it applies: sm_90 code on an sm_90+ device, dense "vk" state,
+// K = 128, V a multiple of the item rows, 16-byte aligned q/k/v rows, at least GDN_TMA_MIN_SEQHEADS
+// sequence-heads and on average at most 4 tokens per sequence (a persistent block's items run one
+// after another: long prefills keep the dynamically scheduled kernels). nullopt: not launched.
+template <typename TAct, typename TS, int KP>
+std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
+  if constexpr (KP != 128 || GDN_TMA == 0) {
+    return std::nullopt;
+  } else {
+    // GDN_CUDA_TMA=0: never; =1: wherever it can run, whatever the batch (tests run the CUDA suite
+    // both ways); unset: by the batch as below.
+    const char* env = std::getenv("GDN_CUDA_TMA");
+    const bool off = env != nullptr && std::string(env) == "0", force = env != nullptr && std::string(env) == "1";
+    if (off || p.kv_layout || !p.state_vec || p.K != KP) return std::nullopt;
+    if (!force && nseq * p.HV < GDN_TMA_MIN_SEQHEADS) return std::nullopt;
+    if (!aligned16(p.src.q, p.src.q_rs, sizeof(TAct)) || !aligned16(p.src.k, p.src.k_rs, sizeof(TAct)) ||
+        !aligned16(p.src.v, p.src.v_rs, sizeof(TAct)))
+      return std::nullopt;
+    const int64_t rows = p.group[0].limit + p.group[1].limit;
+    auto go = [&](auto tok_tag) -> std::optional<Status> {
+      constexpr int kTok = decltype(tok_tag)::value;
+      using Lay = TmaLayout<TAct, TS, KP, kTok>;
+      if (p.V % Lay::kItemRows != 0) return std::nullopt;
+      int dev = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess) return std::nullopt;
+      const TmaShape sh = tma_shape<TAct, TS, KP, kTok>(dev);
+      if (!sh.ok) return std::nullopt;
+      const int tiles = p.V / Lay::kItemRows;
+      const int64_t items = nseq * p.HV * tiles;
+      const int64_t blocks = items < sh.blocks ? items : sh.blocks;
+      recurrent_tma_kernel<TAct, TS, KP, kTok>
+          <<<static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream>>>(p, TmaGrid{tiles, sh.stages});
+      GDN_CUDA_CHECK(cudaGetLastError());
+      return Status::Ok();
+    };
+    if (rows <= nseq) return go(std::integral_constant<int, 1>{});
+    if (rows <= 4 * nseq || force) return go(std::integral_constant<int, 4>{});
+    return std::nullopt;
+  }
+}
+
+}  // namespace gdn::cuda
