@@ -32,7 +32,7 @@ namespace gdn::cuda {
 #define GDN_TMA 1
 #endif
 #ifndef GDN_TMA_CONSUMERS
-#define GDN_TMA_CONSUMERS 8
+#define GDN_TMA_CONSUMERS 7  // with the producer, 8 warps: 128 registers at 2 blocks per SM
 #endif
 #ifndef GDN_TMA_SMEM_KB  // dynamic shared memory per block: the stages and their barriers
 #define GDN_TMA_SMEM_KB 108
@@ -42,6 +42,20 @@ namespace gdn::cuda {
 #endif
 #ifndef GDN_TMA_MIN_SEQHEADS  // smaller batches (sequences x value heads) keep the latency-bound kernels
 #define GDN_TMA_MIN_SEQHEADS 128
+#endif
+#ifndef GDN_TMA_EVICT  // state tiles loaded with an L2 evict-first policy (read once)
+#define GDN_TMA_EVICT 1
+#endif
+#ifndef GDN_TMA_PROFILE  // 1: block 0 of the 40th launch prints each warp's cycles (tuning only)
+#define GDN_TMA_PROFILE 0
+#endif
+#if GDN_TMA_PROFILE
+__device__ int g_tma_launches;
+#define TMA_T0(x) long long x = clock64()
+#define TMA_ADD(acc, t0) acc += clock64() - t0
+#else
+#define TMA_T0(x)
+#define TMA_ADD(acc, t0)
 #endif
 #ifndef GDN_TMA_PASSES_F32  // passes of 8 rows per item: item rows = 8 x passes
 #define GDN_TMA_PASSES_F32 1
@@ -97,17 +111,35 @@ __device__ __forceinline__ void bulk_load_hint(void* dst, const void* src, uint3
       : "memory");
 }
 
-// A lane's EPL contiguous activations (16-byte aligned) as float.
-template <typename T, int EPL>
-__device__ __forceinline__ void load_act(const T* src, float (&out)[EPL]) {
-  static_assert((EPL * sizeof(T)) % 16 == 0, "whole 16-byte vectors");
-  constexpr int kPer = 16 / sizeof(T);
+// A lane's EPL elements of a K-row in NC = EPL / CH chunks of CH contiguous elements: chunk c holds
+// elements c L CH + ln CH + [0, CH). With CH elements = one 16-byte vector of state, one instruction
+// of a lane group moves 16 L contiguous bytes (whole 32-byte sectors; the plain ln EPL mapping
+// leaves each float32 store instruction half of every sector).
+template <int L, int CH, typename T, int EPL>
+__device__ __forceinline__ void load_chunks(const T* row, int ln, float (&out)[EPL]) {
+  constexpr int kBytes = CH * static_cast<int>(sizeof(T)), kVecB = kBytes < 16 ? kBytes : 16;
+  constexpr int kPer = kVecB / static_cast<int>(sizeof(T));
+  using Vec = typename VecOf<kVecB>::type;
 #pragma unroll
-  for (int c = 0; c < EPL / kPer; ++c) {
-    const uint4 u = reinterpret_cast<const uint4*>(src)[c];
-    const T* e = reinterpret_cast<const T*>(&u);
+  for (int c = 0; c < EPL / CH; ++c)
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) out[c * kPer + j] = to_float(e[j]);
+    for (int u = 0; u < CH / kPer; ++u) {
+      const Vec w = *reinterpret_cast<const Vec*>(row + c * L * CH + ln * CH + u * kPer);
+      const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) out[c * CH + u * kPer + j] = to_float(e[j]);
+    }
+}
+template <int L, int CH, typename T, int EPL>
+__device__ __forceinline__ void store_chunks(T* row, int ln, const float (&in)[EPL]) {
+  static_assert(CH * sizeof(T) == 16, "state chunks are 16-byte vectors");
+#pragma unroll
+  for (int c = 0; c < EPL / CH; ++c) {
+    uint4 w;
+    T* e = reinterpret_cast<T*>(&w);
+#pragma unroll
+    for (int j = 0; j < CH; ++j) e[j] = from_float<T>(in[c * CH + j]);
+    st_state(reinterpret_cast<uint4*>(row + c * L * CH + ln * CH), w);
   }
 }
 
@@ -127,6 +159,8 @@ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 template <typename TAct, typename TS, int KP, int kTok>
 struct TmaLayout {
   static constexpr int kLanes = 16, kGroups = 2, kRowsPerLane = 4, EPL = KP / kLanes;
+  static constexpr int kChunk = 16 / static_cast<int>(sizeof(TS));  // elements per 16-byte state vector
+  static_assert(EPL % kChunk == 0, "whole state vectors per lane");
   static constexpr int kPassRows = kGroups * kRowsPerLane;  // rows a consumer warp holds at once
   static constexpr int kPasses = sizeof(TS) == 4 ? GDN_TMA_PASSES_F32 : GDN_TMA_PASSES_16;
   static constexpr int kItemRows = kPassRows * kPasses;
@@ -165,10 +199,11 @@ struct TmaGrid {
 // in order, one lane at a time.
 template <typename TAct, typename TS, int KP, int kTok>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int64_t nk, uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, int lane) {
+                                            uint64_t* full, uint64_t* empty, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok>;
   const uint64_t pol = evict_first_policy();
   for (int64_t k0 = 0; k0 < nk; k0 += 32) {
+    TMA_T0(t_res);
     const int64_t k = k0 + lane;
     TmaMeta<kTok> m{};
     const void* tile = nullptr;
@@ -201,16 +236,25 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
                (static_cast<int64_t>(hv) * p.V + static_cast<int64_t>(x) * Lay::kItemRows) * KP;
     }
     const int nb = static_cast<int>(nk - k0 < 32 ? nk - k0 : 32);
+#if GDN_TMA_PROFILE
+    for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (tile != nullptr), u);
+    TMA_ADD(prof[0], t_res);
+#endif
     for (int u = 0; u < nb; ++u) {
       if (lane == u) {
         const int st = static_cast<int>(k % tg.stages);
         const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
+        TMA_T0(t_wait);
         mbar_wait(&empty[st], phase ^ 1u);  // the first round passes at once
+        TMA_ADD(prof[1], t_wait);
         uint8_t* sb = stages + static_cast<int64_t>(st) * Lay::kStage;
         *reinterpret_cast<TmaMeta<kTok>*>(sb + Lay::kOffMeta) = m;
         const uint32_t bytes = (tile ? Lay::kTile : 0) + ntok * (2 * Lay::kQK + Lay::kV);
         mbar_arrive_tx(&full[st], bytes);
-        if (tile) bulk_load_hint(sb, tile, Lay::kTile, &full[st], pol);
+        if (tile) {
+          if constexpr (GDN_TMA_EVICT) bulk_load_hint(sb, tile, Lay::kTile, &full[st], pol);
+          else bulk_load(sb, tile, Lay::kTile, &full[st]);
+        }
 #pragma unroll
         for (int t = 0; t < kTok; ++t) {
           if (t >= ntok) break;
@@ -232,17 +276,23 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 // A consumer warp: its items, every token of each, in passes of kPassRows rows.
 template <typename TAct, typename TS, int KP, int kTok>
 __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int64_t nk, const uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, int warp, int lane) {
+                                            uint64_t* full, uint64_t* empty, int warp, int lane,
+                                            long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok>;
-  constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL;
+  constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
   const int ln = lane % L, grp = lane / L;
   for (int64_t k = warp; k < nk; k += Lay::kConsumers) {
     const TmaItem it = tma_item(p, blockIdx.x + k * gridDim.x, tg.tiles);
     const GroupMeta& g = p.group[it.gi];
     const int hv = it.hv, h = hv / p.r;
     const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);  // requested before the wait
+    auto state_row = [&](int64_t slot, int vi) {
+      return static_cast<TS*>(p.state) + slot * p.state_slot_stride + (static_cast<int64_t>(hv) * p.V + vi) * KP;
+    };
     const int st = static_cast<int>(k % tg.stages);
+    TMA_T0(t_wait);
     mbar_wait(&full[st], static_cast<uint32_t>(k / tg.stages) & 1u);
+    TMA_ADD(prof[1], t_wait);
     const uint8_t* sb = stages + static_cast<int64_t>(st) * Lay::kStage;
     const TmaMeta<kTok>& m = *reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta);
     const int flags = m.flags;
@@ -260,7 +310,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
         float s[R][EPL];
 #pragma unroll
         for (int j = 0; j < R; ++j) {
-          if (flags & kTmaInit) load_act<TS, EPL>(reinterpret_cast<const TS*>(sb) + (lr0 + j * G) * KP + ln * EPL, s[j]);
+          if (flags & kTmaInit) load_chunks<L, CH>(reinterpret_cast<const TS*>(sb) + (lr0 + j * G) * KP, ln, s[j]);
           else
 #pragma unroll
             for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
@@ -273,8 +323,8 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             const TAct* sq = reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK);
             const TAct* sk = reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK);
             const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
-            load_act<TAct, EPL>(sq + ln * EPL, qr);
-            load_act<TAct, EPL>(sk + ln * EPL, kr);
+            load_chunks<L, CH>(sq, ln, qr);
+            load_chunks<L, CH>(sk, ln, kr);
 #pragma unroll
             for (int j = 0; j < R; ++j) vv[j] = to_float(sv[lr0 + j * G]);
             row = m.row[tt], a = m.a[tt], b = m.b[tt];
@@ -283,8 +333,8 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
             const TAct* kk = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
             const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * p.V;
-            load_act<TAct, EPL>(q + ln * EPL, qr);
-            load_act<TAct, EPL>(kk + ln * EPL, kr);
+            load_chunks<L, CH>(q, ln, qr);
+            load_chunks<L, CH>(kk, ln, kr);
 #pragma unroll
             for (int j = 0; j < R; ++j) vv[j] = to_float(v[row0 + j * G]);
             a = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
@@ -300,12 +350,12 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             if (t >= ntok && !rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id)) slot = -1;
             if (slot >= 0)
 #pragma unroll
-              for (int j = 0; j < R; ++j) store_row<TS, KP, EPL, true>(p, slot, hv, row0 + j * G, ln, s[j]);
+              for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(slot, row0 + j * G), ln, s[j]);
           }
         }
         if (!g.spec)
 #pragma unroll
-          for (int j = 0; j < R; ++j) store_row<TS, KP, EPL, true>(p, m.slot0, hv, row0 + j * G, ln, s[j]);
+          for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(m.slot0, row0 + j * G), ln, s[j]);
       }
     }
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
@@ -329,11 +379,24 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok>::kThreads, GDN_T
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
+  long long prof[2] = {0, 0};  // profile: resolve (producer), barrier waits
+#if GDN_TMA_PROFILE
+  __shared__ int s_launch;
+  if (threadIdx.x == 0) s_launch = blockIdx.x == 0 ? atomicAdd(&g_tma_launches, 1) : -1;
+  const long long t_all = clock64();
+#endif
   __syncthreads();
   const int64_t items = static_cast<int64_t>(p.group[0].n + p.group[1].n) * p.HV * tg.tiles;
   const int64_t nk = (items - blockIdx.x + gridDim.x - 1) / gridDim.x;  // this block's items
-  if (warp == Lay::kConsumers) tma_produce<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, lane);
-  else tma_consume<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, warp, lane);
+  if (warp == Lay::kConsumers) tma_produce<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, lane, prof);
+  else tma_consume<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, warp, lane, prof);
+#if GDN_TMA_PROFILE
+  if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))
+    printf("tma-prof items %lld warp %d lane %d: total %lld resolve %lld wait %lld\n", (long long)nk, warp, lane,
+           clock64() - t_all, prof[0], prof[1]);
+#else
+  (void)prof;
+#endif
 #else
   __trap();  // launched only where the device runs sm_90 code (checked on the host)
 #endif
