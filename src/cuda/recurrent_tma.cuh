@@ -151,7 +151,8 @@ struct TmaMeta {
   int64_t row[kTok];       // global rows of the staged tokens
   int64_t col_slot[kTok];  // verify: the slot that receives the state after token t (-1: none)
   float a[kTok], b[kTok];
-  int flags;
+  float A, dtb;            // -exp(A_log), dt_bias of the value head
+  int flags, gi, i, hv, x;  // group, sequence in it, value head, row tile
 };
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
@@ -175,44 +176,38 @@ struct TmaLayout {
   static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
 };
 
-// Item -> (group, sequence, value head, row tile); items are ordered (sequence, value head, tile).
-struct TmaItem {
-  int gi, hv, x;
-  int64_t i;
-};
-__device__ __forceinline__ TmaItem tma_item(const RecurrentParams& p, int64_t item, int tiles) {
-  TmaItem t;
-  t.x = static_cast<int>(item % tiles);
-  const int64_t r = item / tiles;
-  t.hv = static_cast<int>(r % p.HV);
-  const int64_t z = r / p.HV;
-  t.gi = z < p.n0 ? 0 : 1;
-  t.i = t.gi ? z - p.n0 : z;
-  return t;
-}
-
 struct TmaGrid {
   int tiles, stages;
 };
 
-// The producer warp: resolves 32 items at once (lane u: the block's item k0 + u), then issues them
-// in order, one lane at a time.
+// The producer warp: resolves 32 items at once (lane u: the block's item k0 + u: its metadata, gate
+// inputs, stage and copy sources), then issues them in order, one lane at a time.
 template <typename TAct, typename TS, int KP, int kTok>
-__device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int64_t nk, uint8_t* stages,
+__device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok>;
   const uint64_t pol = evict_first_policy();
-  for (int64_t k0 = 0; k0 < nk; k0 += 32) {
+  for (int k0 = 0; k0 < nk; k0 += 32) {
     TMA_T0(t_res);
-    const int64_t k = k0 + lane;
+    const int k = k0 + lane;
     TmaMeta<kTok> m{};
     const void* tile = nullptr;
-    int ntok = 0, hv = 0, h = 0, x = 0;
+    const TAct *q[kTok], *kk[kTok], *v[kTok];
+    int ntok = 0;
+    uint32_t bytes = 0;
     if (k < nk) {
-      const TmaItem it = tma_item(p, blockIdx.x + k * gridDim.x, tg.tiles);
-      const GroupMeta& g = p.group[it.gi];
-      const SeqInfo si = resolve_seq(p, g, it.i, false);
-      hv = it.hv, h = it.hv / p.r, x = it.x;
+      // items ordered (sequence, value head, row tile); fewer than 2^31 (host)
+      const uint32_t item = blockIdx.x + static_cast<uint32_t>(k) * gridDim.x;
+      const uint32_t r = item / tg.tiles, z = r / p.HV;
+      m.x = static_cast<int>(item - r * tg.tiles);
+      m.hv = static_cast<int>(r - z * p.HV);
+      m.gi = z < p.n0 ? 0 : 1;
+      m.i = static_cast<int>(m.gi ? z - p.n0 : z);
+      const int hv = m.hv, h = hv / p.r;
+      m.A = p.A_log(hv);  // raw here: its exp below, after the other loads are requested
+      m.dtb = p.dt_bias(hv);
+      const GroupMeta& g = p.group[m.gi];
+      const SeqInfo si = resolve_seq(p, g, m.i, false);
       m.begin = si.tr.begin, m.len = si.tr.len, m.slot0 = si.slot0;
       m.flags = (si.tr.len == 0 ? kTmaSkip : si.pad ? kTmaPad : 0) | (si.init ? kTmaInit : 0);
       ntok = m.flags & (kTmaSkip | kTmaPad) ? 0 : static_cast<int>(si.tr.len < kTok ? si.tr.len : kTok);
@@ -221,35 +216,39 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
         m.row[t] = t < ntok ? global_row(g, si.tr.begin + t, g.limit) : 0;
         m.col_slot[t] = -1;
         if (t < ntok && g.spec && t < g.cols) {
-          const int64_t s = g.slots(it.i, t);
-          if (rules::slot_valid(s, p.num_slots, p.has_null, p.null_id)) m.col_slot[t] = s;
+          const int64_t sl = g.slots(m.i, t);
+          if (rules::slot_valid(sl, p.num_slots, p.has_null, p.null_id)) m.col_slot[t] = sl;
         }
       }
+      const int64_t v0 = static_cast<int64_t>(hv) * p.V + static_cast<int64_t>(m.x) * Lay::kItemRows;
 #pragma unroll
       for (int t = 0; t < kTok; ++t)
         if (t < ntok) {
-          m.a[t] = to_float(static_cast<const TAct*>(p.src.a)[m.row[t] * p.src.a_rs + hv]);
-          m.b[t] = to_float(static_cast<const TAct*>(p.src.b)[m.row[t] * p.src.b_rs + hv]);
+          const int64_t row = m.row[t];
+          m.a[t] = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
+          m.b[t] = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+          q[t] = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
+          kk[t] = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
+          v[t] = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + v0;
         }
-      if (ntok > 0 && si.init)
-        tile = static_cast<const TS*>(p.state) + si.read_slot * p.state_slot_stride +
-               (static_cast<int64_t>(hv) * p.V + static_cast<int64_t>(x) * Lay::kItemRows) * KP;
+      m.A = -expf(m.A);
+      if (ntok > 0 && si.init) tile = static_cast<const TS*>(p.state) + si.read_slot * p.state_slot_stride + v0 * KP;
+      bytes = (tile ? Lay::kTile : 0) + ntok * (2 * Lay::kQK + Lay::kV);
     }
-    const int nb = static_cast<int>(nk - k0 < 32 ? nk - k0 : 32);
+    const int st = k % tg.stages;
+    const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
+    const int nb = nk - k0 < 32 ? nk - k0 : 32;
 #if GDN_TMA_PROFILE
-    for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (tile != nullptr), u);
+    for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (tile != nullptr), u);
     TMA_ADD(prof[0], t_res);
 #endif
     for (int u = 0; u < nb; ++u) {
       if (lane == u) {
-        const int st = static_cast<int>(k % tg.stages);
-        const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
         TMA_T0(t_wait);
         mbar_wait(&empty[st], phase ^ 1u);  // the first round passes at once
         TMA_ADD(prof[1], t_wait);
-        uint8_t* sb = stages + static_cast<int64_t>(st) * Lay::kStage;
+        uint8_t* sb = stages + st * Lay::kStage;
         *reinterpret_cast<TmaMeta<kTok>*>(sb + Lay::kOffMeta) = m;
-        const uint32_t bytes = (tile ? Lay::kTile : 0) + ntok * (2 * Lay::kQK + Lay::kV);
         mbar_arrive_tx(&full[st], bytes);
         if (tile) {
           if constexpr (GDN_TMA_EVICT) bulk_load_hint(sb, tile, Lay::kTile, &full[st], pol);
@@ -258,14 +257,9 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 #pragma unroll
         for (int t = 0; t < kTok; ++t) {
           if (t >= ntok) break;
-          const int64_t row = m.row[t];
-          const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
-          const TAct* kk = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
-          const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * p.V +
-                          static_cast<int64_t>(x) * Lay::kItemRows;
-          bulk_load(sb + Lay::kOffQ + t * Lay::kQK, q, Lay::kQK, &full[st]);
-          bulk_load(sb + Lay::kOffK + t * Lay::kQK, kk, Lay::kQK, &full[st]);
-          bulk_load(sb + Lay::kOffV + t * Lay::kV, v, Lay::kV, &full[st]);
+          bulk_load(sb + Lay::kOffQ + t * Lay::kQK, q[t], Lay::kQK, &full[st]);
+          bulk_load(sb + Lay::kOffK + t * Lay::kQK, kk[t], Lay::kQK, &full[st]);
+          bulk_load(sb + Lay::kOffV + t * Lay::kV, v[t], Lay::kV, &full[st]);
         }
       }
       __syncwarp();
@@ -273,36 +267,36 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
   }
 }
 
-// A consumer warp: its items, every token of each, in passes of kPassRows rows.
+// A consumer warp: its items (the block's items warp, warp + kConsumers, ...), every token of each,
+// in passes of kPassRows rows.
 template <typename TAct, typename TS, int KP, int kTok>
-__device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int64_t nk, const uint8_t* stages,
+__device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int nk, const uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, int warp, int lane,
                                             long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok>;
   constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
   const int ln = lane % L, grp = lane / L;
-  for (int64_t k = warp; k < nk; k += Lay::kConsumers) {
-    const TmaItem it = tma_item(p, blockIdx.x + k * gridDim.x, tg.tiles);
-    const GroupMeta& g = p.group[it.gi];
-    const int hv = it.hv, h = hv / p.r;
-    const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);  // requested before the wait
+  int st = warp;  // stage of item k and the parity of its use (stages > kConsumers: host)
+  uint32_t phase = 0;
+  for (int k = warp; k < nk; k += Lay::kConsumers) {
+    TMA_T0(t_wait);
+    mbar_wait(&full[st], phase);
+    TMA_ADD(prof[1], t_wait);
+    const uint8_t* sb = stages + st * Lay::kStage;
+    const TmaMeta<kTok>& m = *reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta);
+    const int flags = m.flags, hv = m.hv, h = hv / p.r;
+    const GroupMeta& g = p.group[m.gi];
+    const rules::TokenRange tr{m.begin, m.len};
     auto state_row = [&](int64_t slot, int vi) {
       return static_cast<TS*>(p.state) + slot * p.state_slot_stride + (static_cast<int64_t>(hv) * p.V + vi) * KP;
     };
-    const int st = static_cast<int>(k % tg.stages);
-    TMA_T0(t_wait);
-    mbar_wait(&full[st], static_cast<uint32_t>(k / tg.stages) & 1u);
-    TMA_ADD(prof[1], t_wait);
-    const uint8_t* sb = stages + static_cast<int64_t>(st) * Lay::kStage;
-    const TmaMeta<kTok>& m = *reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta);
-    const int flags = m.flags;
-    const rules::TokenRange tr{m.begin, m.len};
     if (!(flags & kTmaSkip)) {
       const int ntok = static_cast<int>(tr.len < kTok ? tr.len : kTok);
+      const float A = m.A, dtb = m.dtb;
 #pragma unroll 1
       for (int ps = 0; ps < Lay::kPasses; ++ps) {
         const int lr0 = ps * Lay::kPassRows + grp;                // item-local row of the group's row 0
-        const int row0 = it.x * Lay::kItemRows + lr0;             // its value index
+        const int row0 = m.x * Lay::kItemRows + lr0;              // its value index
         if (flags & kTmaPad) {
           zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
           continue;
@@ -346,7 +340,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] =
                 from_float<TAct>(mine);
           if (g.spec && t < g.cols) {
-            int64_t slot = t < ntok ? m.col_slot[t] : g.slots(it.i, t);
+            int64_t slot = t < ntok ? m.col_slot[t] : g.slots(m.i, t);
             if (t >= ntok && !rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id)) slot = -1;
             if (slot >= 0)
 #pragma unroll
@@ -359,6 +353,8 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
       }
     }
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
+    st += Lay::kConsumers;
+    if (st >= tg.stages) st -= tg.stages, phase ^= 1u;
   }
 }
 
@@ -386,13 +382,13 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok>::kThreads, GDN_T
   const long long t_all = clock64();
 #endif
   __syncthreads();
-  const int64_t items = static_cast<int64_t>(p.group[0].n + p.group[1].n) * p.HV * tg.tiles;
-  const int64_t nk = (items - blockIdx.x + gridDim.x - 1) / gridDim.x;  // this block's items
+  const int items = static_cast<int>((p.group[0].n + p.group[1].n) * p.HV * tg.tiles);
+  const int nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   if (warp == Lay::kConsumers) tma_produce<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, lane, prof);
   else tma_consume<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, warp, lane, prof);
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))
-    printf("tma-prof items %lld warp %d lane %d: total %lld resolve %lld wait %lld\n", (long long)nk, warp, lane,
+    printf("tma-prof items %d warp %d lane %d: total %lld resolve %lld wait %lld\n", nk, warp, lane,
            clock64() - t_all, prof[0], prof[1]);
 #else
   (void)prof;
@@ -474,6 +470,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       if (!sh.ok) return std::nullopt;
       const int tiles = p.V / Lay::kItemRows;
       const int64_t items = nseq * p.HV * tiles;
+      if (items >= (int64_t{1} << 31) || sh.stages <= Lay::kConsumers) return std::nullopt;
       const int64_t blocks = items < sh.blocks ? items : sh.blocks;
       recurrent_tma_kernel<TAct, TS, KP, kTok>
           <<<static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream>>>(p, TmaGrid{tiles, sh.stages});
