@@ -293,6 +293,17 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     if (!(flags & kTmaSkip)) {
       const int ntok = static_cast<int>(tr.len < kTok ? tr.len : kTok);
       const float A = m.A, dtb = m.dtb;
+      auto staged_qk = [&](int tt, float(&kr)[EPL], float(&qr)[EPL]) {
+        load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK), ln, qr);
+        load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK), ln, kr);
+      };
+      // The first token's k^, q^ and gates, once for all passes.
+      float kr0[EPL], qr0[EPL];
+      TokenGates g0{};
+      if (!(flags & kTmaPad)) {
+        staged_qk(0, kr0, qr0);
+        g0 = prep_regs<L, EPL>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0);
+      }
 #pragma unroll 1
       for (int ps = 0; ps < Lay::kPasses; ++ps) {
         const int lr0 = ps * Lay::kPassRows + grp;                // item-local row of the group's row 0
@@ -310,18 +321,22 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
         }
         for (int64_t t = 0; t < tr.len; ++t) {
-          float kr[EPL], qr[EPL], vv[R], a, b;
+          float kr[EPL], qr[EPL], vv[R];
+          TokenGates gates = g0;
           int64_t row;
           if (t < ntok) {
             const int tt = static_cast<int>(t);
-            const TAct* sq = reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK);
-            const TAct* sk = reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK);
             const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
-            load_chunks<L, CH>(sq, ln, qr);
-            load_chunks<L, CH>(sk, ln, kr);
 #pragma unroll
             for (int j = 0; j < R; ++j) vv[j] = to_float(sv[lr0 + j * G]);
-            row = m.row[tt], a = m.a[tt], b = m.b[tt];
+            row = m.row[tt];
+            if (tt == 0) {
+#pragma unroll
+              for (int e = 0; e < EPL; ++e) kr[e] = kr0[e], qr[e] = qr0[e];
+            } else {
+              staged_qk(tt, kr, qr);
+              gates = prep_regs<L, EPL>(m.a[tt], m.b[tt], A, dtb, p.scale, kr, qr);
+            }
           } else {  // past the staged tokens: straight from global memory
             row = global_row(g, tr.begin + t, g.limit);
             const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
@@ -331,10 +346,10 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             load_chunks<L, CH>(kk, ln, kr);
 #pragma unroll
             for (int j = 0; j < R; ++j) vv[j] = to_float(v[row0 + j * G]);
-            a = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
-            b = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+            const float a = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
+            const float b = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+            gates = prep_regs<L, EPL>(a, b, A, dtb, p.scale, kr, qr);
           }
-          const TokenGates gates = prep_regs<L, EPL>(a, b, A, dtb, p.scale, kr, qr);
           const float mine = recur_rows<L, G, R, EPL>(s, kr, qr, gates, [&](int j) { return vv[j]; }, ln);
           if (ln < R)
             static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] =

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# usage: sw.sh "CONFIG ..." ; each config: build gdn_cli, bench TMA on; TMAOFF suffix also runs GDN_CUDA_TMA=0
+# Tuning sweep (device): for each CONFIG (comma-separated GDN_ macros without the prefix, "-" = defaults)
+# build gdn_cli and run gdn bench with $BENCH_ARGS; TMAOFF=1 also runs it with GDN_CUDA_TMA=0.
 set -uo pipefail
-A="--models qwen3-next-tp1 --n 64,256 --t 1,4 --ops recurrent"
+A=${BENCH_ARGS:-"--models qwen3-next-tp1 --n 64,256 --t 1,4 --ops recurrent"}
 for c in $1; do
   flags=""; tag=default
   if [ "$c" != "-" ]; then for kv in ${c//,/ }; do flags="$flags -DGDN_$kv"; done; tag=$(echo "$c" | tr ',=' '_-'); fi
