@@ -1,21 +1,25 @@
 // src/cuda/recurrent_tma.cuh — the primitive recurrence (gated_delta_rule_recurrent) on sm_90 as a
 // producer/consumer pipeline: state tiles and the first tokens' inputs arrive in shared memory by
-// bulk copies (the Tensor Memory Accelerator's cp.async.bulk) while consumer warps compute.
+// bulk copies (cp.async.bulk, the Tensor Memory Accelerator) while consumer warps compute.
 //   grid  = min(items, resident blocks) persistent blocks; block b takes items b, b + grid, ...
-//   item  = kItemRows rows of one (sequence, value head): contiguous bytes of a dense "vk" slot
+//   item  = kItemRows rows (8 x passes) of one (sequence, value head): contiguous bytes of a dense
+//           "vk" slot; items ordered (sequence, value head, row tile)
 //   block = kConsumers consumer warps + 1 producer warp; S stages of shared memory in a ring
 // recurrent_kernel's one-warp blocks each resolve their sequence, load their rows, wait, compute and
 // exit: the warp holds no bytes in flight during the metadata round trip and the compute, and a
-// register holds 4 (float32) or 2 (16-bit) bytes of state. Here the producer warp resolves 32 items'
-// metadata at once (one lane each), then for each item waits for a free stage, writes the item's
-// metadata and gate inputs there and issues bulk copies of the state tile (read slot, evict-first)
-// and of q, k and the tile's v values for the sequence's first kTok tokens; a full barrier (mbarrier
-// with transaction bytes) tells the item's consumer. Consumer warp c takes the block's items c,
-// c + kConsumers, ...: waits for the stage, reads rows into registers kPassRows at a time (the
-// recurrent_kernel's float32 lane mapping: 16 lanes x 8 K-elements per row, 4 rows per lane group),
-// runs every token of the sequence (inputs of tokens past kTok straight from global memory),
-// stores o and the states from registers, and frees the stage (empty barrier, all 32 lanes).
-// Float32 across tokens (SPEC.md §2); same operations as recur_token.
+// register holds 4 (float32) or 2 (16-bit) bytes of state. Here the producer warp resolves 32 items
+// at once (lane u: item k0 + u; its sequence metadata, gate inputs, -exp(A_log), dt_bias, stage and
+// copy sources), then issues them in order, one lane at a time: wait for the stage to be free
+// (empty barrier), write the item's metadata there, post the expected bytes on its full barrier
+// (mbarrier transaction count) and start the copies: the state tile from the read slot (L2
+// evict-first) and q, k and the tile's v values of the sequence's first kTok tokens. Consumer warp
+// c takes the block's items c, c + kConsumers, ...: waits for the stage, then per pass of 8 rows
+// reads the rows into registers (16 lanes per row, 4 rows per lane group, each lane's K-elements in
+// 16-byte chunks spread over the group so that every store instruction writes whole sectors), runs
+// every token of the sequence (the first token's k^, q^ and gates computed once per item; tokens past
+// kTok read straight from global memory), stores o and the states from registers, and frees the
+// stage (all 32 lanes arrive on its empty barrier). Float32 across tokens (SPEC.md §2); the same
+// operations as recur_token.
 #pragma once
 #include <cstdlib>
 #include <mutex>
@@ -40,8 +44,14 @@ namespace gdn::cuda {
 #ifndef GDN_TMA_MB  // resident blocks per SM the register budget must allow
 #define GDN_TMA_MB 2
 #endif
-#ifndef GDN_TMA_MIN_SEQHEADS  // smaller batches (sequences x value heads) keep the latency-bound kernels
-#define GDN_TMA_MIN_SEQHEADS 128
+// Smaller batches (sequences x value heads) keep the latency-bound kernels. H200 (bench/RESULTS.md):
+// float32 state gains from 128 on; 16-bit state lost at 128 and 192 (6.8 vs 7.8 µs, 8.0 vs 8.9) and
+// gained at 512 (17.1 vs 15.4).
+#ifndef GDN_TMA_MIN_SEQHEADS_F32
+#define GDN_TMA_MIN_SEQHEADS_F32 128
+#endif
+#ifndef GDN_TMA_MIN_SEQHEADS_16
+#define GDN_TMA_MIN_SEQHEADS_16 384
 #endif
 #ifndef GDN_TMA_EVICT  // state tiles loaded with an L2 evict-first policy (read once)
 #define GDN_TMA_EVICT 1
@@ -457,7 +467,7 @@ inline bool aligned16(const void* ptr, int64_t row_stride, size_t es) {
 }
 
 // Launches the pipelined kernel where it applies: sm_90 code on an sm_90+ device, dense "vk" state,
-// K = 128, V a multiple of the item rows, 16-byte aligned q/k/v rows, at least GDN_TMA_MIN_SEQHEADS
+// K = 128, V a multiple of the item rows, 16-byte aligned q/k/v rows, at least GDN_TMA_MIN_SEQHEADS_*
 // sequence-heads and on average at most 4 tokens per sequence (a persistent block's items run one
 // after another: long prefills keep the dynamically scheduled kernels). nullopt: not launched.
 template <typename TAct, typename TS, int KP>
@@ -470,7 +480,8 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
     const char* env = std::getenv("GDN_CUDA_TMA");
     const bool off = env != nullptr && std::string(env) == "0", force = env != nullptr && std::string(env) == "1";
     if (off || p.kv_layout || !p.state_vec || p.K != KP) return std::nullopt;
-    if (!force && nseq * p.HV < GDN_TMA_MIN_SEQHEADS) return std::nullopt;
+    constexpr int64_t kMinSeqHeads = sizeof(TS) == 4 ? GDN_TMA_MIN_SEQHEADS_F32 : GDN_TMA_MIN_SEQHEADS_16;
+    if (!force && nseq * p.HV < kMinSeqHeads) return std::nullopt;
     if (!aligned16(p.src.q, p.src.q_rs, sizeof(TAct)) || !aligned16(p.src.k, p.src.k_rs, sizeof(TAct)) ||
         !aligned16(p.src.v, p.src.v_rs, sizeof(TAct)))
       return std::nullopt;
