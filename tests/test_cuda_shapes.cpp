@@ -1,5 +1,5 @@
 // The CUDA recurrent op picks its kernel from the batch: on sm_90, batches of at least 128
-// sequence-heads (dense "vk" state, K = 128) the pipelined kernel (recurrent_tma.cuh: 1 or 4 staged
+// (float32 state) or 384 (16-bit) sequence-heads (dense "vk" state, K = 128) the pipelined kernel (recurrent_tma.cuh: 1 or 4 staged
 // tokens per item, later tokens from global memory); otherwise 16-bit state with sequences x value
 // heads <= 64 (GDN_REC_SMALL_BATCH) the small-batch shape; larger batches of dense 16-bit "vk" state
 // without multi-column verify the packed kernel; the rest the large-batch shape.

@@ -201,6 +201,9 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     };
     using T = std::true_type;
     using F = std::false_type;
+    // gdn_attention: the fused forms. The primitive op: the pipelined sm_90 kernel where it applies
+    // (recurrent_tma.cuh: large batches of dense K = 128 state), else 16-bit small batches, the
+    // packed kernel, or the large-batch shape.
     if (fused) return run(T{}, F{});
     if (std::optional<Status> st = launch_tma<TAct, TS, KP>(p, nseq, stream)) return *st;
     if constexpr (sizeof(TS) == 2) {
