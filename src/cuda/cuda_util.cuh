@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "gdn/status.h"
@@ -76,6 +77,18 @@ inline FloatRef float_ref(const TensorView& v) {
   r.stride = v.stride[0];
   r.dtype = v.dtype == DType::kBFloat16 ? 1 : v.dtype == DType::kFloat16 ? 2 : v.dtype == DType::kFloat64 ? 3 : 0;
   return r;
+}
+
+// ptr and every row (row_stride elements of es bytes) start on a 16-byte boundary.
+inline bool aligned16(const void* ptr, int64_t row_stride, size_t es) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (row_stride * static_cast<int64_t>(es)) % 16 == 0;
+}
+
+// Whether environment variable `name` is set to exactly `value` (read at each call: tests switch
+// kernel choices within one process).
+inline bool env_equals(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::string(e) == value;
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }

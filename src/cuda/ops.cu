@@ -46,10 +46,7 @@ ConvRef conv_ref(const TensorView& state, const TensorView& weight, const Tensor
 }
 
 // GDN_CUDA_FUSED_LAUNCHES=2 forces gdn_attention's two-launch form (tests compare both; benchmarks).
-bool two_launches_forced() {
-  const char* e = std::getenv("GDN_CUDA_FUSED_LAUNCHES");
-  return e != nullptr && std::string(e) == "2";
-}
+bool two_launches_forced() { return env_equals("GDN_CUDA_FUSED_LAUNCHES", "2"); }
 
 // Runs fn with the tensors' device current, restoring the caller's afterwards.
 template <typename F>
@@ -91,7 +88,7 @@ void fill_state(RecurrentParams& p, const TensorView& state, StateLayout layout)
   p.num_slots = state.shape[0];
   p.kv_layout = layout == StateLayout::kKV;
   const size_t es = dtype_size(state.dtype);
-  p.state_vec = reinterpret_cast<uintptr_t>(state.data) % 16 == 0 && (state.stride[0] * es) % 16 == 0;
+  p.state_vec = aligned16(state.data, state.stride[0], es);
 }
 
 Status supports_k(const char* op, int64_t K) {

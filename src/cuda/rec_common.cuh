@@ -368,6 +368,14 @@ __device__ __forceinline__ void zero_outputs(const RecurrentParams& p, const Gro
     }
 }
 
+// The slot that receives a verify sequence's state after its token t: column t's slot when the
+// sequence is a verify one, t < cols and the slot is usable; -1 otherwise (nothing stored).
+__device__ __forceinline__ int64_t verify_slot(const RecurrentParams& p, const GroupMeta& g, int64_t i, int64_t t) {
+  if (!g.spec || t >= g.cols) return -1;
+  const int64_t slot = g.slots(i, t);
+  return rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id) ? slot : -1;
+}
+
 // After token t of sequence i: o of the lane's row (lanes ln < R, value `mine`), and for verify
 // sequences the state into column t's slot (when usable).
 template <typename TAct, typename TState, int KP, int R, int EPL, int G, bool kDense>

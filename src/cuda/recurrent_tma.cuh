@@ -21,10 +21,8 @@
 // stage (all 32 lanes arrive on its empty barrier). Float32 across tokens (SPEC.md §2); the same
 // operations as recur_token.
 #pragma once
-#include <cstdlib>
 #include <mutex>
 #include <optional>
-#include <string>
 
 #include "cuda/rec_common.cuh"
 #include "cuda/tma_util.cuh"
@@ -107,6 +105,24 @@ __device__ __forceinline__ void store_chunks(T* row, int ln, const float (&in)[E
   }
 }
 
+// Where token `row`'s inputs are for key head h and the value rows from v0 (= hv V + first row).
+template <typename TAct>
+struct TokenSrc {
+  const TAct *q, *k, *v;
+  float a, b;
+};
+template <typename TAct, int KP>
+__device__ __forceinline__ TokenSrc<TAct> token_src(const RecurrentParams& p, int64_t row, int h, int hv,
+                                                    int64_t v0) {
+  TokenSrc<TAct> x;
+  x.q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
+  x.k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
+  x.v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + v0;
+  x.a = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
+  x.b = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+  return x;
+}
+
 // What the producer resolved for an item, read by its consumer from the stage.
 enum : int { kTmaSkip = 1, kTmaPad = 2, kTmaInit = 4 };
 template <int kTok>
@@ -179,21 +195,15 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
       for (int t = 0; t < kTok; ++t) {
         m.row[t] = t < ntok ? global_row(g, si.tr.begin + t, g.limit) : 0;
         m.col_slot[t] = -1;
-        if (t < ntok && g.spec && t < g.cols) {
-          const int64_t sl = g.slots(m.i, t);
-          if (rules::slot_valid(sl, p.num_slots, p.has_null, p.null_id)) m.col_slot[t] = sl;
-        }
+        if (t < ntok) m.col_slot[t] = verify_slot(p, g, m.i, t);
       }
       const int64_t v0 = static_cast<int64_t>(hv) * p.V + static_cast<int64_t>(m.x) * Lay::kItemRows;
 #pragma unroll
       for (int t = 0; t < kTok; ++t)
         if (t < ntok) {
-          const int64_t row = m.row[t];
-          m.a[t] = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
-          m.b[t] = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
-          q[t] = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
-          kk[t] = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
-          v[t] = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + v0;
+          const TokenSrc<TAct> x = token_src<TAct, KP>(p, m.row[t], h, hv, v0);
+          m.a[t] = x.a, m.b[t] = x.b;
+          q[t] = x.q, kk[t] = x.k, v[t] = x.v;
         }
       m.A = -expf(m.A);
       if (ntok > 0 && si.init) tile = static_cast<const TS*>(p.state) + si.read_slot * p.state_slot_stride + v0 * KP;
@@ -303,28 +313,21 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             }
           } else {  // past the staged tokens: straight from global memory
             row = global_row(g, tr.begin + t, g.limit);
-            const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
-            const TAct* kk = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
-            const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * p.V;
-            load_chunks<L, CH>(q, ln, qr);
-            load_chunks<L, CH>(kk, ln, kr);
+            const TokenSrc<TAct> x = token_src<TAct, KP>(p, row, h, hv, static_cast<int64_t>(hv) * p.V);
+            load_chunks<L, CH>(x.q, ln, qr);
+            load_chunks<L, CH>(x.k, ln, kr);
 #pragma unroll
-            for (int j = 0; j < R; ++j) vv[j] = to_float(v[row0 + j * G]);
-            const float a = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
-            const float b = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
-            gates = prep_regs<L, EPL>(a, b, A, dtb, p.scale, kr, qr);
+            for (int j = 0; j < R; ++j) vv[j] = to_float(x.v[row0 + j * G]);
+            gates = prep_regs<L, EPL>(x.a, x.b, A, dtb, p.scale, kr, qr);
           }
           const float mine = recur_rows<L, G, R, EPL>(s, kr, qr, gates, [&](int j) { return vv[j]; }, ln);
           if (ln < R)
             static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] =
                 from_float<TAct>(mine);
-          if (g.spec && t < g.cols) {
-            int64_t slot = t < ntok ? m.col_slot[t] : g.slots(m.i, t);
-            if (t >= ntok && !rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id)) slot = -1;
-            if (slot >= 0)
+          const int64_t slot = t < ntok ? m.col_slot[t] : verify_slot(p, g, m.i, t);  // -1: none
+          if (slot >= 0)
 #pragma unroll
-              for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(slot, row0 + j * G), ln, s[j]);
-          }
+            for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(slot, row0 + j * G), ln, s[j]);
         }
         if (!g.spec)
 #pragma unroll
@@ -403,7 +406,7 @@ TmaShape tma_shape(int dev) {
     s.smem = Lay::kBarBytes + s.stages * Lay::kStage;
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                     major >= 9 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&
-                    s.stages >= 2 &&
+                    s.stages > Lay::kConsumers &&  // every consumer can hold a stage while others fill
                     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem) == cudaSuccess &&
                     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Lay::kThreads, s.smem) ==
                         cudaSuccess &&
@@ -414,10 +417,6 @@ TmaShape tma_shape(int dev) {
     shapes[dev] = s;
   }
   return shapes[dev];
-}
-
-inline bool aligned16(const void* ptr, int64_t row_stride, size_t es) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (row_stride * static_cast<int64_t>(es)) % 16 == 0;
 }
 
 // Launches the pipelined kernel where it applies: sm_90 code on an sm_90+ device, dense "vk" state,
@@ -431,8 +430,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
   } else {
     // GDN_CUDA_TMA=0: never; =1: wherever it can run, whatever the batch (tests run the CUDA suite
     // both ways); unset: by the batch as below.
-    const char* env = std::getenv("GDN_CUDA_TMA");
-    const bool off = env != nullptr && std::string(env) == "0", force = env != nullptr && std::string(env) == "1";
+    const bool off = env_equals("GDN_CUDA_TMA", "0"), force = env_equals("GDN_CUDA_TMA", "1");
     if (off || p.kv_layout || !p.state_vec || p.K != KP) return std::nullopt;
     constexpr int64_t kMinSeqHeads = sizeof(TS) == 4 ? GDN_TMA_MIN_SEQHEADS_F32 : GDN_TMA_MIN_SEQHEADS_16;
     if (!force && nseq * p.HV < kMinSeqHeads) return std::nullopt;
@@ -450,7 +448,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       if (!sh.ok) return std::nullopt;
       const int tiles = p.V / Lay::kItemRows;
       const int64_t items = nseq * p.HV * tiles;
-      if (items >= (int64_t{1} << 31) || sh.stages <= Lay::kConsumers) return std::nullopt;
+      if (items >= (int64_t{1} << 31)) return std::nullopt;
       const int64_t blocks = items < sh.blocks ? items : sh.blocks;
       recurrent_tma_kernel<TAct, TS, KP, kTok>
           <<<static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream>>>(p, TmaGrid{tiles, sh.stages});
