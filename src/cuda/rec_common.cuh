@@ -284,20 +284,82 @@ __device__ __forceinline__ TokenGates prep_token(const float* sq, const float* s
   return prep_regs<L, EPL>(a, b, A, dtb, scale, kr, qr);
 }
 
-// The o value of row ln (lanes ln < R) among a lane group's R row outputs, after the group sums.
+// Sums of R row partials over an L-lane group. With R a power of two (<= L) and GDN_REC_SCATTER,
+// a reduce-scatter: at the level of lane mask m = L/2, L/4, ... each lane sends half of its values
+// to its partner and adds the other half it receives, so after log2 R levels it holds one row's
+// partial (row ln / (L / R)), finished by a plain butterfly over the remaining masks: log2 R +
+// (R - 1) + log2(L / R) shuffles instead of R log2 L (L = 16, R = 4: 5 instead of 16). Partners add
+// the same two numbers, so every lane of a row gets the same bits.
+#ifndef GDN_REC_SCATTER
+#define GDN_REC_SCATTER 1
+#endif
+// kWant: the caller's choice (the register kernels at 64 registers spill more with it: they keep
+// the plain sums).
+template <int L, int R, bool kWant>
+constexpr bool kScatter = kWant && GDN_REC_SCATTER && R > 1 && R <= L && (R & (R - 1)) == 0;
+constexpr int log2i(int x) { return x > 1 ? 1 + log2i(x / 2) : 0; }
 template <int L, int R>
+__device__ __forceinline__ float scatter_sum(float (&x)[R], int ln) {
+  constexpr int kLevels = log2i(R);
+#pragma unroll
+  for (int lv = 0; lv < kLevels; ++lv) {
+    const int half = (R >> lv) / 2, m = L >> (lv + 1);
+    const bool hi = (ln & m) != 0;  // keeps the upper half of its values
+#pragma unroll
+    for (int i = 0; i < R / 2; ++i)
+      if (i < half) {
+        const float send = hi ? x[i] : x[i + half], keep = hi ? x[i + half] : x[i];
+        x[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+      }
+  }
+  float y = x[0];
+#pragma unroll
+  for (int m = L / (2 * R); m > 0; m >>= 1) y += __shfl_xor_sync(0xffffffffu, y, m);
+  return y;
+}
+// Every lane gets every row's sum (the group sum of each x[j]).
+template <int L, int R, bool kWant>
+__device__ __forceinline__ void rows_sum(float (&x)[R], int ln) {
+  if constexpr (kScatter<L, R, kWant>) {
+    x[0] = scatter_sum<L, R>(x, ln);  // then gathered back: masks L/R, 2L/R, ..., L/2
+    constexpr int kLevels = log2i(R);
+#pragma unroll
+    for (int lv = 0; lv < kLevels; ++lv) {
+      const int n = 1 << lv, m = (L / R) << lv;
+      const bool hi = (ln & m) != 0;  // holds the upper n rows of the 2n
+#pragma unroll
+      for (int i = 0; i < R / 2; ++i)
+        if (i < n) {
+          const float o = __shfl_xor_sync(0xffffffffu, x[i], m);
+          x[i + n] = hi ? x[i] : o;
+          x[i] = hi ? o : x[i];
+        }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < R; ++j) x[j] = group_sum<L>(x[j]);
+  }
+}
+
+// The o value of row ln (lanes ln < R) among a lane group's R row outputs, after the group sums.
+template <int L, int R, bool kWant = false>
 __device__ __forceinline__ float pick_row(float (&ov)[R], int ln) {
+  if constexpr (kScatter<L, R, kWant>) {
+    const float y = scatter_sum<L, R>(ov, ln);  // row ln / (L / R)'s sum
+    return __shfl_sync(0xffffffffu, y, ln * (L / R), L);  // lanes ln >= R: unused
+  } else {
 #pragma unroll
-  for (int j = 0; j < R; ++j) ov[j] = group_sum<L>(ov[j]);
-  float mine = ov[0];
+    for (int j = 0; j < R; ++j) ov[j] = group_sum<L>(ov[j]);
+    float mine = ov[0];
 #pragma unroll
-  for (int j = 1; j < R; ++j) mine = ln == j ? ov[j] : mine;
-  return mine;
+    for (int j = 1; j < R; ++j) mine = ln == j ? ov[j] : mine;
+    return mine;
+  }
 }
 
 // One token for a lane group's R rows, given k^, q^ (this lane's elements) and the gates;
-// v_of(j): v of row j (0 past V). Returns o of row ln for lanes ln < R.
-template <int L, int G, int R, int EPL, typename VOf>
+// v_of(j): v of row j (0 past V); kMulti: the reduce-scatter sums above. Returns o of row ln for lanes ln < R.
+template <int L, int G, int R, int EPL, bool kMulti = false, typename VOf>
 __device__ __forceinline__ float recur_rows(float (&s)[R][EPL], const float (&kr)[EPL], const float (&qr)[EPL],
                                            TokenGates tg, VOf v_of, int ln) {
   float dot[R], ov[R];
@@ -310,8 +372,7 @@ __device__ __forceinline__ float recur_rows(float (&s)[R][EPL], const float (&kr
       dot[j] += s[j][e] * kr[e];
     }
   }
-#pragma unroll
-  for (int j = 0; j < R; ++j) dot[j] = group_sum<L>(dot[j]);
+  rows_sum<L, R, kMulti>(dot, ln);
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     const float d = tg.beta * (v_of(j) - dot[j]);  // d = beta (v - S k^)
@@ -322,7 +383,7 @@ __device__ __forceinline__ float recur_rows(float (&s)[R][EPL], const float (&kr
       ov[j] += s[j][e] * qr[e];  // o = S q^
     }
   }
-  return pick_row<L, R>(ov, ln);
+  return pick_row<L, R, kMulti>(ov, ln);
 }
 
 // One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with

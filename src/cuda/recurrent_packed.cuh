@@ -118,8 +118,7 @@ __device__ __forceinline__ float recur_token_packed(uint32_t (&w)[R][EPL / 2], c
       dot[j] += (f.y * tg.decay) * k.y;
     }
   }
-#pragma unroll
-  for (int j = 0; j < R; ++j) dot[j] = group_sum<L>(dot[j]);
+  rows_sum<L, R, false>(dot, ln);
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     const float d = tg.beta * ((j * G < vlim ? sv[lrow0 + j * G] : 0.f) - dot[j]);
