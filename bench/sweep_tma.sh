@@ -16,6 +16,6 @@ wait
 for c in $1; do
   tag=$(tag_of "$c"); B=build-sw-$tag
   [ -x $B/bin/gdn ] || { echo "build $c failed"; grep error $OUT/build-$tag.log | head -5; continue; }
-  echo "== $c"; timeout 90 $B/bin/gdn bench $A --out $OUT/sw-$tag.json | grep recurrent
-  if [ -n "${TMAOFF:-}" ]; then echo "== $c TMA off"; GDN_CUDA_TMA=0 timeout 90 $B/bin/gdn bench $A --out $OUT/sw-$tag-off.json | grep recurrent; fi
+  echo "== $c"; timeout 90 $B/bin/gdn bench $A --out $OUT/sw-$tag.json | grep -E "recurrent|tma-prof"
+  if [ -n "${TMAOFF:-}" ]; then echo "== $c TMA off"; GDN_CUDA_TMA=0 timeout 90 $B/bin/gdn bench $A --out $OUT/sw-$tag-off.json | grep -E "recurrent|tma-prof"; fi
 done

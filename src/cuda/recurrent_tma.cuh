@@ -80,8 +80,8 @@ __device__ int g_tma_launches;
 #ifndef GDN_TMA_QKV_16
 #define GDN_TMA_QKV_16 1
 #endif
-#ifndef GDN_TMA_PRODUCERS  // producer warps (each takes every other run of 32 items)
-#define GDN_TMA_PRODUCERS 1
+#ifndef GDN_TMA_PRODUCERS  // producer warps: producer w issues the block's items k = w mod P (stages: a
+#define GDN_TMA_PRODUCERS 1  // multiple of P, so that each stage is filled by one producer, in order)
 #endif
 
 // A lane's EPL elements of a K-row in NC = EPL / CH chunks of CH contiguous elements: chunk c holds
@@ -181,9 +181,10 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
                                             uint64_t* full, uint64_t* empty, int pw, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok>;
   const uint64_t pol = evict_first_policy();
-  for (int k0 = pw * 32; k0 < nk; k0 += 32 * Lay::kProducers) {
+  constexpr int P = Lay::kProducers;
+  for (int k0 = pw; k0 < nk; k0 += 32 * P) {  // lane u: item k0 + P u
     TMA_T0(t_res);
-    const int k = k0 + lane;
+    const int k = k0 + P * lane;
     TmaMeta<kTok> m{};
     const void* tile = nullptr;
     const TAct *q[kTok], *kk[kTok], *v[kTok];
@@ -223,9 +224,9 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
       if (ntok > 0 && si.init) tile = static_cast<const TS*>(p.state) + si.read_slot * p.state_slot_stride + v0 * KP;
       bytes = (tile ? Lay::kTile : 0) + (Lay::kStageQKV ? ntok * (2 * Lay::kQK + Lay::kV) : 0);
     }
-    const int st = k % tg.stages;
+    const int st = k % tg.stages;  // (k past nk: unused)
     const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
-    const int nb = nk - k0 < 32 ? nk - k0 : 32;
+    const int left = (nk - k0 + P - 1) / P, nb = left < 32 ? left : 32;
 #if GDN_TMA_PROFILE
     for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (tile != nullptr), u);
     TMA_ADD(prof[0], t_res);
@@ -347,7 +348,10 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             for (int j = 0; j < R; ++j) vv[j] = to_float(x.v[row0 + j * G]);
             gates = prep_regs<L, EPL>(x.a, x.b, A, dtb, p.scale, kr, qr);
           }
+          TMA_T0(t_c);
           const float mine = recur_rows<L, G, R, EPL, true>(s, kr, qr, gates, [&](int j) { return vv[j]; }, ln);
+          TMA_ADD(prof[2], t_c);
+          TMA_T0(t_s);
           if (ln < R)
             static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] =
                 from_float<TAct>(mine);
@@ -355,10 +359,13 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
           if (slot >= 0)
 #pragma unroll
             for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(slot, row0 + j * G), ln, s[j]);
+          TMA_ADD(prof[3], t_s);
         }
+        TMA_T0(t_f);
         if (!g.spec)
 #pragma unroll
           for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(m.slot0, row0 + j * G), ln, s[j]);
+        TMA_ADD(prof[3], t_f);
       }
     }
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
@@ -384,7 +391,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok>::kThreads, GDN_T
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  long long prof[2] = {0, 0};  // profile: resolve (producer), barrier waits
+  long long prof[4] = {0, 0, 0, 0};  // profile: resolve (producer), barrier waits, recurrence, stores
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
   if (threadIdx.x == 0) s_launch = blockIdx.x == 0 ? atomicAdd(&g_tma_launches, 1) : -1;
@@ -398,8 +405,8 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok>::kThreads, GDN_T
   else tma_consume<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, warp, lane, prof);
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp >= Lay::kConsumers))
-    printf("tma-prof items %d warp %d lane %d: total %lld resolve %lld wait %lld\n", nk, warp, lane,
-           clock64() - t_all, prof[0], prof[1]);
+    printf("tma-prof items %d warp %d lane %d: total %lld resolve %lld wait %lld recur %lld store %lld\n", nk, warp,
+           lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3]);
 #else
   (void)prof;
 #endif
@@ -431,6 +438,7 @@ TmaShape tma_shape(int dev) {
     cudaFuncAttributes fa{};
     s.stages = (GDN_TMA_SMEM_KB * 1024 - Lay::kBarBytes) / Lay::kStage;
     s.stages = s.stages < Lay::kMaxStages ? s.stages : Lay::kMaxStages;
+    s.stages -= s.stages % Lay::kProducers;  // each stage filled by one producer
     s.smem = Lay::kBarBytes + s.stages * Lay::kStage;
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                     major >= 9 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&
