@@ -72,17 +72,6 @@ __device__ int g_tma_launches;
 #ifndef GDN_TMA_PASSES_16
 #define GDN_TMA_PASSES_16 2
 #endif
-// q, k and v of the first tokens: 1 = bulk-copied into the stage by the producer, 0 = loaded from
-// global memory by the consumer (one bulk copy per item instead of 1 + 3 kTok).
-#ifndef GDN_TMA_QKV_F32
-#define GDN_TMA_QKV_F32 1
-#endif
-#ifndef GDN_TMA_QKV_16
-#define GDN_TMA_QKV_16 1
-#endif
-#ifndef GDN_TMA_PRODUCERS  // producer warps: producer w issues the block's items k = w mod P (stages: a
-#define GDN_TMA_PRODUCERS 1  // multiple of P, so that each stage is filled by one producer, in order)
-#endif
 
 // A lane's EPL elements of a K-row in NC = EPL / CH chunks of CH contiguous elements: chunk c holds
 // elements c L CH + ln CH + [0, CH). With CH elements = one 16-byte vector of state, one instruction
@@ -156,15 +145,12 @@ struct TmaLayout {
   static constexpr int kPassRows = kGroups * kRowsPerLane;  // rows a consumer warp holds at once
   static constexpr int kPasses = sizeof(TS) == 4 ? GDN_TMA_PASSES_F32 : GDN_TMA_PASSES_16;
   static constexpr int kItemRows = kPassRows * kPasses;
-  static constexpr int kConsumers = GDN_TMA_CONSUMERS, kProducers = GDN_TMA_PRODUCERS;
-  static constexpr int kThreads = (kConsumers + kProducers) * 32;
-  static constexpr bool kStageQKV = sizeof(TS) == 4 ? GDN_TMA_QKV_F32 : GDN_TMA_QKV_16;
-  static constexpr int kStaged = kStageQKV ? kTok : 0;  // tokens whose q, k, v the stage holds
+  static constexpr int kConsumers = GDN_TMA_CONSUMERS, kThreads = (kConsumers + 1) * 32;
   static constexpr int kTile = kItemRows * KP * static_cast<int>(sizeof(TS));
   static constexpr int kQK = KP * static_cast<int>(sizeof(TAct));
   static constexpr int kV = kItemRows * static_cast<int>(sizeof(TAct));
-  static constexpr int kOffQ = kTile, kOffK = kOffQ + kStaged * kQK, kOffV = kOffK + kStaged * kQK;
-  static constexpr int kOffMeta = kOffV + kStaged * kV;
+  static constexpr int kOffQ = kTile, kOffK = kOffQ + kTok * kQK, kOffV = kOffK + kTok * kQK;
+  static constexpr int kOffMeta = kOffV + kTok * kV;
   static constexpr int kStage = round_up(kOffMeta + static_cast<int>(sizeof(TmaMeta<kTok>)), 128);
   static constexpr int kMaxStages = 64, kBarBytes = 2 * kMaxStages * 8;
   static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
@@ -178,13 +164,12 @@ struct TmaGrid {
 // inputs, stage and copy sources), then issues them in order, one lane at a time.
 template <typename TAct, typename TS, int KP, int kTok>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, int pw, int lane, long long* prof) {
+                                            uint64_t* full, uint64_t* empty, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok>;
   const uint64_t pol = evict_first_policy();
-  constexpr int P = Lay::kProducers;
-  for (int k0 = pw; k0 < nk; k0 += 32 * P) {  // lane u: item k0 + P u
+  for (int k0 = 0; k0 < nk; k0 += 32) {
     TMA_T0(t_res);
-    const int k = k0 + P * lane;
+    const int k = k0 + lane;
     TmaMeta<kTok> m{};
     const void* tile = nullptr;
     const TAct *q[kTok], *kk[kTok], *v[kTok];
@@ -222,11 +207,11 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
         }
       m.A = -expf(m.A);
       if (ntok > 0 && si.init) tile = static_cast<const TS*>(p.state) + si.read_slot * p.state_slot_stride + v0 * KP;
-      bytes = (tile ? Lay::kTile : 0) + (Lay::kStageQKV ? ntok * (2 * Lay::kQK + Lay::kV) : 0);
+      bytes = (tile ? Lay::kTile : 0) + ntok * (2 * Lay::kQK + Lay::kV);
     }
-    const int st = k % tg.stages;  // (k past nk: unused)
+    const int st = k % tg.stages;
     const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
-    const int left = (nk - k0 + P - 1) / P, nb = left < 32 ? left : 32;
+    const int nb = nk - k0 < 32 ? nk - k0 : 32;
 #if GDN_TMA_PROFILE
     for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (tile != nullptr), u);
     TMA_ADD(prof[0], t_res);
@@ -244,7 +229,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
           else bulk_load(sb, tile, Lay::kTile, &full[st]);
         }
 #pragma unroll
-        for (int t = 0; t < Lay::kStaged; ++t) {
+        for (int t = 0; t < kTok; ++t) {
           if (t >= ntok) break;
           bulk_load(sb + Lay::kOffQ + t * Lay::kQK, q[t], Lay::kQK, &full[st]);
           bulk_load(sb + Lay::kOffK + t * Lay::kQK, kk[t], Lay::kQK, &full[st]);
@@ -282,23 +267,9 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     if (!(flags & kTmaSkip)) {
       const int ntok = static_cast<int>(tr.len < kTok ? tr.len : kTok);
       const float A = m.A, dtb = m.dtb;
-      // q, k and v of staged token tt: from the stage, or from global memory (kStageQKV off)
       auto staged_qk = [&](int tt, float(&kr)[EPL], float(&qr)[EPL]) {
-        if constexpr (Lay::kStageQKV) {
-          load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK), ln, qr);
-          load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK), ln, kr);
-        } else {
-          const TokenSrc<TAct> x = token_src<TAct, KP>(p, m.row[tt], h, hv, 0);
-          load_chunks<L, CH>(x.q, ln, qr);
-          load_chunks<L, CH>(x.k, ln, kr);
-        }
-      };
-      auto staged_v = [&](int tt, int r) {
-        if constexpr (Lay::kStageQKV)
-          return to_float(reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV)[r]);
-        else
-          return to_float(static_cast<const TAct*>(p.src.v)[m.row[tt] * p.src.v_rs + static_cast<int64_t>(hv) * p.V +
-                                                             m.x * Lay::kItemRows + r]);
+        load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK), ln, qr);
+        load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK), ln, kr);
       };
       // The first token's k^, q^ and gates, once for all passes.
       float kr0[EPL], qr0[EPL];
@@ -329,8 +300,9 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
           int64_t row;
           if (t < ntok) {
             const int tt = static_cast<int>(t);
+            const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
 #pragma unroll
-            for (int j = 0; j < R; ++j) vv[j] = staged_v(tt, lr0 + j * G);
+            for (int j = 0; j < R; ++j) vv[j] = to_float(sv[lr0 + j * G]);
             row = m.row[tt];
             if (tt == 0) {
 #pragma unroll
@@ -400,11 +372,10 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok>::kThreads, GDN_T
   __syncthreads();
   const int items = static_cast<int>((p.group[0].n + p.group[1].n) * p.HV * tg.tiles);
   const int nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  if (warp >= Lay::kConsumers)
-    tma_produce<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, warp - Lay::kConsumers, lane, prof);
+  if (warp == Lay::kConsumers) tma_produce<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, lane, prof);
   else tma_consume<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, warp, lane, prof);
 #if GDN_TMA_PROFILE
-  if (s_launch == 40 && (lane == 0 || warp >= Lay::kConsumers))
+  if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))
     printf("tma-prof items %d warp %d lane %d: total %lld resolve %lld wait %lld recur %lld store %lld\n", nk, warp,
            lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3]);
 #else
@@ -438,7 +409,6 @@ TmaShape tma_shape(int dev) {
     cudaFuncAttributes fa{};
     s.stages = (GDN_TMA_SMEM_KB * 1024 - Lay::kBarBytes) / Lay::kStage;
     s.stages = s.stages < Lay::kMaxStages ? s.stages : Lay::kMaxStages;
-    s.stages -= s.stages % Lay::kProducers;  // each stage filled by one producer
     s.smem = Lay::kBarBytes + s.stages * Lay::kStage;
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                     major >= 9 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&
