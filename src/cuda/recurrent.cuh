@@ -16,7 +16,7 @@
 #include "cuda/rec_common.cuh"
 #include "cuda/recurrent.h"
 #include "cuda/recurrent_packed.cuh"
-#include "cuda/recurrent_tma.cuh"
+#include "cuda/tma_launch.cuh"
 
 namespace gdn::cuda {
 
@@ -184,8 +184,10 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
       if constexpr (kF) {
         if (allow_one_launch) {  // the one-launch step has the plain kernel's (large-batch) lanes
           static_assert(RecTraits<TS, false>::kLanes == Tr::kLanes, "one dense decision for both fused forms");
-          std::optional<Status> st = dense ? launch_fused_step<TAct, TS, KP, true>(p, nseq, stream)
-                                           : launch_fused_step<TAct, TS, KP, false>(p, nseq, stream);
+          std::optional<Status> st = launch_tma<TAct, TS, KP, true>(p, nseq, stream);  // pipelined (sm_90)
+          if (!st)
+            st = dense ? launch_fused_step<TAct, TS, KP, true>(p, nseq, stream)
+                       : launch_fused_step<TAct, TS, KP, false>(p, nseq, stream);
           if (st) {
             *one_launch = st->ok();
             return *st;
@@ -205,7 +207,7 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     // (recurrent_tma.cuh: large batches of dense K = 128 state), else 16-bit small batches, the
     // packed kernel, or the large-batch shape.
     if (fused) return run(T{}, F{});
-    if (std::optional<Status> st = launch_tma<TAct, TS, KP>(p, nseq, stream)) return *st;
+    if (std::optional<Status> st = launch_tma<TAct, TS, KP, false>(p, nseq, stream)) return *st;
     if constexpr (sizeof(TS) == 2) {
       if (nseq * p.HV <= GDN_REC_SMALL_BATCH) return run(F{}, T{});
       if constexpr (KP == 128)

@@ -20,10 +20,16 @@
 // kTok read straight from global memory), stores o and the states from registers, and frees the
 // stage (all 32 lanes arrive on its empty barrier). Float32 across tokens (SPEC.md §2); the same
 // operations as recur_token.
+// kFused: gdn_attention's whole step (conv + gates + norms + recurrence + conv pool + z) in the same
+// pipeline. Items are then ordered (sequence, key head, value head, row tile) and a block takes
+// whole (sequence, key head) groups (groups b, b + grid, ...): the stage holds only the state tile
+// and the metadata; a consumer computes the conv of its lanes' q/k elements and value rows for each
+// token from the pool window and the qkvz rows (conv_tok.cuh), writes its rows' pool channels after
+// its last token, and the group's last item to finish (a counter per group in shared memory) writes
+// the key head's q/k pool channels, once every item of the group has read them. Consumer warps copy
+// z first. The host side is in tma_launch.cuh.
 #pragma once
-#include <mutex>
-#include <optional>
-
+#include "cuda/conv_tok.cuh"
 #include "cuda/rec_common.cuh"
 #include "cuda/tma_util.cuh"
 
@@ -133,11 +139,12 @@ struct TmaMeta {
   float a[kTok], b[kTok];
   float A, dtb;            // -exp(A_log), dt_bias of the value head
   int flags, gi, i, hv, x;  // group, sequence in it, value head, row tile
+  int base;                 // fused: first conv window row (a - 1 for verify, else 0)
 };
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
-template <typename TAct, typename TS, int KP, int kTok>
+template <typename TAct, typename TS, int KP, int kTok, bool kFused = false>
 struct TmaLayout {
   static constexpr int kLanes = 16, kGroups = 2, kRowsPerLane = 4, EPL = KP / kLanes;
   static constexpr int kChunk = 16 / static_cast<int>(sizeof(TS));  // elements per 16-byte state vector
@@ -149,8 +156,9 @@ struct TmaLayout {
   static constexpr int kTile = kItemRows * KP * static_cast<int>(sizeof(TS));
   static constexpr int kQK = KP * static_cast<int>(sizeof(TAct));
   static constexpr int kV = kItemRows * static_cast<int>(sizeof(TAct));
-  static constexpr int kOffQ = kTile, kOffK = kOffQ + kTok * kQK, kOffV = kOffK + kTok * kQK;
-  static constexpr int kOffMeta = kOffV + kTok * kV;
+  static constexpr int kStaged = kFused ? 0 : kTok;  // tokens whose q, k, v the stage holds
+  static constexpr int kOffQ = kTile, kOffK = kOffQ + kStaged * kQK, kOffV = kOffK + kStaged * kQK;
+  static constexpr int kOffMeta = kOffV + kStaged * kV;
   static constexpr int kStage = round_up(kOffMeta + static_cast<int>(sizeof(TmaMeta<kTok>)), 128);
   static constexpr int kMaxStages = 64, kBarBytes = 2 * kMaxStages * 8;
   static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
@@ -158,14 +166,16 @@ struct TmaLayout {
 
 struct TmaGrid {
   int tiles, stages;
+  int group_items;  // fused: items of one (sequence, key head) group (r x tiles)
 };
+constexpr int kTmaGroupRing = 16;  // fused: group counters in shared memory (host: stages < 15 groups)
 
 // The producer warp: resolves 32 items at once (lane u: the block's item k0 + u: its metadata, gate
 // inputs, stage and copy sources), then issues them in order, one lane at a time.
-template <typename TAct, typename TS, int KP, int kTok>
+template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, int lane, long long* prof) {
-  using Lay = TmaLayout<TAct, TS, KP, kTok>;
+  using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   const uint64_t pol = evict_first_policy();
   for (int k0 = 0; k0 < nk; k0 += 32) {
     TMA_T0(t_res);
@@ -176,24 +186,38 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
     int ntok = 0;
     uint32_t bytes = 0;
     if (k < nk) {
-      // items ordered (sequence, value head, row tile); fewer than 2^31 (host)
-      const uint32_t item = blockIdx.x + static_cast<uint32_t>(k) * gridDim.x;
-      const uint32_t r = item / tg.tiles, z = r / p.HV;
-      m.x = static_cast<int>(item - r * tg.tiles);
-      m.hv = static_cast<int>(r - z * p.HV);
+      // items ordered (sequence, value head, row tile), fused (sequence, key head, value head of the
+      // key head, row tile) in whole groups per block; fewer than 2^31 (host)
+      uint32_t z;
+      if constexpr (kFused) {
+        const uint32_t gq = static_cast<uint32_t>(k) / tg.group_items, w = k - gq * tg.group_items;
+        const uint32_t grp = blockIdx.x + gq * gridDim.x, j = w / tg.tiles;
+        z = grp / p.H;
+        m.x = static_cast<int>(w - j * tg.tiles);
+        m.hv = static_cast<int>((grp - z * p.H) * p.r + j);
+      } else {
+        const uint32_t item = blockIdx.x + static_cast<uint32_t>(k) * gridDim.x;
+        const uint32_t r = item / tg.tiles;
+        z = r / p.HV;
+        m.x = static_cast<int>(item - r * tg.tiles);
+        m.hv = static_cast<int>(r - z * p.HV);
+      }
       m.gi = z < p.n0 ? 0 : 1;
       m.i = static_cast<int>(m.gi ? z - p.n0 : z);
       const int hv = m.hv, h = hv / p.r;
       m.A = p.A_log(hv);  // raw here: its exp below, after the other loads are requested
       m.dtb = p.dt_bias(hv);
       const GroupMeta& g = p.group[m.gi];
-      const SeqInfo si = resolve_seq(p, g, m.i, false);
-      m.begin = si.tr.begin, m.len = si.tr.len, m.slot0 = si.slot0;
-      m.flags = (si.tr.len == 0 ? kTmaSkip : si.pad ? kTmaPad : 0) | (si.init ? kTmaInit : 0);
+      const SeqInfo si = resolve_seq(p, g, m.i, kFused);
+      const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
+      // fused: a token outside the buffer makes its sequence padding
+      const bool pad = si.pad || (kFused && !rows_in_buffer(g, si.tr.begin, si.tr.len, out_rows));
+      m.begin = si.tr.begin, m.len = si.tr.len, m.slot0 = si.slot0, m.base = g.spec ? static_cast<int>(si.acc - 1) : 0;
+      m.flags = (si.tr.len == 0 ? kTmaSkip : pad ? kTmaPad : 0) | (si.init ? kTmaInit : 0);
       ntok = m.flags & (kTmaSkip | kTmaPad) ? 0 : static_cast<int>(si.tr.len < kTok ? si.tr.len : kTok);
 #pragma unroll
       for (int t = 0; t < kTok; ++t) {
-        m.row[t] = t < ntok ? global_row(g, si.tr.begin + t, g.limit) : 0;
+        m.row[t] = t < ntok ? global_row(g, si.tr.begin + t, out_rows) : 0;
         m.col_slot[t] = -1;
         if (t < ntok) m.col_slot[t] = verify_slot(p, g, m.i, t);
       }
@@ -201,13 +225,18 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 #pragma unroll
       for (int t = 0; t < kTok; ++t)
         if (t < ntok) {
-          const TokenSrc<TAct> x = token_src<TAct, KP>(p, m.row[t], h, hv, v0);
-          m.a[t] = x.a, m.b[t] = x.b;
-          q[t] = x.q, kk[t] = x.k, v[t] = x.v;
+          if constexpr (kFused) {
+            const TAct* ba = static_cast<const TAct*>(p.src.ba) + m.row[t] * p.src.ba_rs;
+            m.a[t] = to_float(ba[p.src.proj.a_col(hv)]), m.b[t] = to_float(ba[p.src.proj.b_col(hv)]);
+          } else {
+            const TokenSrc<TAct> x = token_src<TAct, KP>(p, m.row[t], h, hv, v0);
+            m.a[t] = x.a, m.b[t] = x.b;
+            q[t] = x.q, kk[t] = x.k, v[t] = x.v;
+          }
         }
       m.A = -expf(m.A);
       if (ntok > 0 && si.init) tile = static_cast<const TS*>(p.state) + si.read_slot * p.state_slot_stride + v0 * KP;
-      bytes = (tile ? Lay::kTile : 0) + ntok * (2 * Lay::kQK + Lay::kV);
+      bytes = (tile ? Lay::kTile : 0) + (kFused ? 0 : ntok * (2 * Lay::kQK + Lay::kV));
     }
     const int st = k % tg.stages;
     const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
@@ -229,7 +258,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
           else bulk_load(sb, tile, Lay::kTile, &full[st]);
         }
 #pragma unroll
-        for (int t = 0; t < kTok; ++t) {
+        for (int t = 0; t < Lay::kStaged; ++t) {
           if (t >= ntok) break;
           bulk_load(sb + Lay::kOffQ + t * Lay::kQK, q[t], Lay::kQK, &full[st]);
           bulk_load(sb + Lay::kOffK + t * Lay::kQK, kk[t], Lay::kQK, &full[st]);
@@ -242,14 +271,16 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 }
 
 // A consumer warp: its items (the block's items warp, warp + kConsumers, ...), every token of each,
-// in passes of kPassRows rows.
-template <typename TAct, typename TS, int KP, int kTok>
+// in passes of kPassRows rows. s_done (fused): the group counters.
+template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int nk, const uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, int warp, int lane,
+                                            uint64_t* full, uint64_t* empty, int* s_done, int warp, int lane,
                                             long long* prof) {
-  using Lay = TmaLayout<TAct, TS, KP, kTok>;
+  using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
   const int ln = lane % L, grp = lane / L;
+  if constexpr (kFused)  // z: every row below num_actual_tokens, spread over the grid's consumer warps
+    copy_z<TAct, Lay::kConsumers * 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x);
   int st = warp;  // stage of item k and the parity of its use (stages > kConsumers: host)
   uint32_t phase = 0;
   for (int k = warp; k < nk; k += Lay::kConsumers) {
@@ -261,21 +292,31 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     const int flags = m.flags, hv = m.hv, h = hv / p.r;
     const GroupMeta& g = p.group[m.gi];
     const rules::TokenRange tr{m.begin, m.len};
+    const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
     auto state_row = [&](int64_t slot, int vi) {
       return static_cast<TS*>(p.state) + slot * p.state_slot_stride + (static_cast<int64_t>(hv) * p.V + vi) * KP;
+    };
+    // fused: where local token t's conv taps are
+    auto cpos = [&](int64_t t) {
+      return conv_pos<TAct>(p, m.slot0, m.base, (flags & kTmaInit) || g.spec, tr.begin, t);
     };
     if (!(flags & kTmaSkip)) {
       const int ntok = static_cast<int>(tr.len < kTok ? tr.len : kTok);
       const float A = m.A, dtb = m.dtb;
-      auto staged_qk = [&](int tt, float(&kr)[EPL], float(&qr)[EPL]) {
-        load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK), ln, qr);
-        load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK), ln, kr);
+      // q and k of token tt < ntok: from the stage, or (fused) their conv
+      auto first_qk = [&](int tt, float(&kr)[EPL], float(&qr)[EPL]) {
+        if constexpr (kFused) {
+          conv_qk<TAct, L, CH, EPL>(p, g, cpos(tt), h, ln, kr, qr);
+        } else {
+          load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK), ln, qr);
+          load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK), ln, kr);
+        }
       };
       // The first token's k^, q^ and gates, once for all passes.
       float kr0[EPL], qr0[EPL];
       TokenGates g0{};
       if (!(flags & kTmaPad)) {
-        staged_qk(0, kr0, qr0);
+        first_qk(0, kr0, qr0);
         g0 = prep_regs<L, EPL>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0);
       }
 #pragma unroll 1
@@ -283,7 +324,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
         const int lr0 = ps * Lay::kPassRows + grp;                // item-local row of the group's row 0
         const int row0 = m.x * Lay::kItemRows + lr0;              // its value index
         if (flags & kTmaPad) {
-          zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
+          zero_outputs<TAct, R, G>(p, g, tr, out_rows, hv, row0, ln);
           continue;
         }
         float s[R][EPL];
@@ -300,19 +341,30 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
           int64_t row;
           if (t < ntok) {
             const int tt = static_cast<int>(t);
-            const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
-#pragma unroll
-            for (int j = 0; j < R; ++j) vv[j] = to_float(sv[lr0 + j * G]);
             row = m.row[tt];
+            if constexpr (kFused) {
+              conv_v<TAct, R, G>(p, g, cpos(t), hv, row0, vv);
+            } else {
+              const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
+#pragma unroll
+              for (int j = 0; j < R; ++j) vv[j] = to_float(sv[lr0 + j * G]);
+            }
             if (tt == 0) {
 #pragma unroll
               for (int e = 0; e < EPL; ++e) kr[e] = kr0[e], qr[e] = qr0[e];
             } else {
-              staged_qk(tt, kr, qr);
+              first_qk(tt, kr, qr);
               gates = prep_regs<L, EPL>(m.a[tt], m.b[tt], A, dtb, p.scale, kr, qr);
             }
+          } else if constexpr (kFused) {  // past the first tokens: conv and gates here
+            row = global_row(g, tr.begin + t, out_rows);
+            const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
+            conv_qk<TAct, L, CH, EPL>(p, g, cpos(t), h, ln, kr, qr);
+            conv_v<TAct, R, G>(p, g, cpos(t), hv, row0, vv);
+            gates = prep_regs<L, EPL>(to_float(ba[p.src.proj.a_col(hv)]), to_float(ba[p.src.proj.b_col(hv)]), A, dtb,
+                                      p.scale, kr, qr);
           } else {  // past the staged tokens: straight from global memory
-            row = global_row(g, tr.begin + t, g.limit);
+            row = global_row(g, tr.begin + t, out_rows);
             const TokenSrc<TAct> x = token_src<TAct, KP>(p, row, h, hv, static_cast<int64_t>(hv) * p.V);
             load_chunks<L, CH>(x.q, ln, qr);
             load_chunks<L, CH>(x.k, ln, kr);
@@ -340,18 +392,41 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
         TMA_ADD(prof[3], t_f);
       }
     }
+    if constexpr (kFused) {
+      // Conv pool: this item's value rows now (no other item reads them); the key head's q/k
+      // channels by the group's last item, after every item of the group has read them.
+      const bool write = !(flags & (kTmaSkip | kTmaPad));
+      const auto& PL = p.src.proj;
+      const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (flags & kTmaInit) != 0,
+                                       true, p.conv.W);
+      if (write) pool_update<TAct>(p, g, cs, 2 * PL.H * PL.K + hv * PL.V + m.x * Lay::kItemRows, Lay::kItemRows, lane);
+      __syncwarp();
+      __threadfence_block();  // this warp's reads of the window come before its count
+      int last = 0;
+      if (lane == 0) {
+        int* cnt = &s_done[(k / tg.group_items) % kTmaGroupRing];
+        last = atomicAdd(cnt, 1) == tg.group_items - 1;
+        if (last) *cnt = 0;  // the ring slot's next group starts after this stage is freed
+      }
+      if (__shfl_sync(0xffffffffu, last, 0) && write) {
+        __threadfence_block();
+        pool_update<TAct>(p, g, cs, h * PL.K, PL.K, lane);
+        pool_update<TAct>(p, g, cs, PL.H * PL.K + h * PL.K, PL.K, lane);
+      }
+    }
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
     st += Lay::kConsumers;
     if (st >= tg.stages) st -= tg.stages, phase ^= 1u;
   }
 }
 
-template <typename TAct, typename TS, int KP, int kTok>
-__global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok>::kThreads, GDN_TMA_MB)
+template <typename TAct, typename TS, int KP, int kTok, bool kFused>
+__global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThreads, GDN_TMA_MB)
     recurrent_tma_kernel(const __grid_constant__ RecurrentParams p, const TmaGrid tg) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Lay = TmaLayout<TAct, TS, KP, kTok>;
+  using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   extern __shared__ __align__(16) uint8_t tma_smem[];
+  __shared__ int s_done[kTmaGroupRing];
   uint64_t* full = reinterpret_cast<uint64_t*>(tma_smem);
   uint64_t* empty = full + Lay::kMaxStages;
   uint8_t* stages = tma_smem + Lay::kBarBytes;
@@ -363,6 +438,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok>::kThreads, GDN_T
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
+  if (threadIdx.x < kTmaGroupRing) s_done[threadIdx.x] = 0;
   long long prof[4] = {0, 0, 0, 0};  // profile: resolve (producer), barrier waits, recurrence, stores
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
@@ -370,10 +446,17 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok>::kThreads, GDN_T
   const long long t_all = clock64();
 #endif
   __syncthreads();
-  const int items = static_cast<int>((p.group[0].n + p.group[1].n) * p.HV * tg.tiles);
-  const int nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  if (warp == Lay::kConsumers) tma_produce<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, lane, prof);
-  else tma_consume<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, warp, lane, prof);
+  int nk;
+  if constexpr (kFused) {  // whole groups: b, b + grid, ...
+    const int groups = static_cast<int>((p.group[0].n + p.group[1].n) * p.H);
+    nk = (groups - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x) *
+         tg.group_items;
+  } else {
+    const int items = static_cast<int>((p.group[0].n + p.group[1].n) * p.HV * tg.tiles);
+    nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  }
+  if (warp == Lay::kConsumers) tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, lane, prof);
+  else tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, s_done, warp, lane, prof);
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))
     printf("tma-prof items %d warp %d lane %d: total %lld resolve %lld wait %lld recur %lld store %lld\n", nk, warp,
@@ -384,87 +467,6 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok>::kThreads, GDN_T
 #else
   __trap();  // launched only where the device runs sm_90 code (checked on the host)
 #endif
-}
-
-// ---- host side ----
-// Per (kernel instantiation, device): stages, shared memory and resident blocks, found once.
-struct TmaShape {
-  bool ok = false;
-  int stages = 0, smem = 0, blocks = 0;  // blocks: resident blocks on the whole device
-};
-template <typename TAct, typename TS, int KP, int kTok>
-TmaShape tma_shape(int dev) {
-  using Lay = TmaLayout<TAct, TS, KP, kTok>;
-  constexpr int kMaxDev = 64;
-  static std::mutex mu;
-  static TmaShape shapes[kMaxDev];
-  static bool known[kMaxDev] = {};
-  if (dev < 0 || dev >= kMaxDev) return TmaShape{};
-  std::lock_guard<std::mutex> lock(mu);
-  if (!known[dev]) {
-    known[dev] = true;
-    TmaShape s;
-    auto kernel = recurrent_tma_kernel<TAct, TS, KP, kTok>;
-    int major = 0, sms = 0, per_sm = 0;
-    cudaFuncAttributes fa{};
-    s.stages = (GDN_TMA_SMEM_KB * 1024 - Lay::kBarBytes) / Lay::kStage;
-    s.stages = s.stages < Lay::kMaxStages ? s.stages : Lay::kMaxStages;
-    s.smem = Lay::kBarBytes + s.stages * Lay::kStage;
-    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                    major >= 9 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&
-                    s.stages > Lay::kConsumers &&  // every consumer can hold a stage while others fill
-                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem) == cudaSuccess &&
-                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Lay::kThreads, s.smem) ==
-                        cudaSuccess &&
-                    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess;
-    if (!ok) (void)cudaGetLastError();  // a failed query is not the caller's error: the other kernels run
-    s.blocks = per_sm * sms;
-    s.ok = ok && s.blocks > 0;
-    shapes[dev] = s;
-  }
-  return shapes[dev];
-}
-
-// Launches the pipelined kernel where it applies: sm_90 code on an sm_90+ device, dense "vk" state,
-// K = 128, V a multiple of the item rows, 16-byte aligned q/k/v rows, at least GDN_TMA_MIN_SEQHEADS_*
-// sequence-heads and on average at most 4 tokens per sequence (a persistent block's items run one
-// after another: long prefills keep the dynamically scheduled kernels). nullopt: not launched.
-template <typename TAct, typename TS, int KP>
-std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
-  if constexpr (KP != 128 || GDN_TMA == 0) {
-    return std::nullopt;
-  } else {
-    // GDN_CUDA_TMA=0: never; =1: wherever it can run, whatever the batch (tests run the CUDA suite
-    // both ways); unset: by the batch as below.
-    const bool off = env_equals("GDN_CUDA_TMA", "0"), force = env_equals("GDN_CUDA_TMA", "1");
-    if (off || p.kv_layout || !p.state_vec || p.K != KP) return std::nullopt;
-    constexpr int64_t kMinSeqHeads = sizeof(TS) == 4 ? GDN_TMA_MIN_SEQHEADS_F32 : GDN_TMA_MIN_SEQHEADS_16;
-    if (!force && nseq * p.HV < kMinSeqHeads) return std::nullopt;
-    if (!aligned16(p.src.q, p.src.q_rs, sizeof(TAct)) || !aligned16(p.src.k, p.src.k_rs, sizeof(TAct)) ||
-        !aligned16(p.src.v, p.src.v_rs, sizeof(TAct)))
-      return std::nullopt;
-    const int64_t rows = p.group[0].limit + p.group[1].limit;
-    auto go = [&](auto tok_tag) -> std::optional<Status> {
-      constexpr int kTok = decltype(tok_tag)::value;
-      using Lay = TmaLayout<TAct, TS, KP, kTok>;
-      if (p.V % Lay::kItemRows != 0) return std::nullopt;
-      int dev = 0;
-      if (cudaGetDevice(&dev) != cudaSuccess) return std::nullopt;
-      const TmaShape sh = tma_shape<TAct, TS, KP, kTok>(dev);
-      if (!sh.ok) return std::nullopt;
-      const int tiles = p.V / Lay::kItemRows;
-      const int64_t items = nseq * p.HV * tiles;
-      if (items >= (int64_t{1} << 31)) return std::nullopt;
-      const int64_t blocks = items < sh.blocks ? items : sh.blocks;
-      recurrent_tma_kernel<TAct, TS, KP, kTok>
-          <<<static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream>>>(p, TmaGrid{tiles, sh.stages});
-      GDN_CUDA_CHECK(cudaGetLastError());
-      return Status::Ok();
-    };
-    if (rows <= nseq) return go(std::integral_constant<int, 1>{});
-    if (rows <= 4 * nseq || force) return go(std::integral_constant<int, 4>{});
-    return std::nullopt;
-  }
 }
 
 }  // namespace gdn::cuda

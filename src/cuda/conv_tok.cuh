@@ -1,0 +1,122 @@
+// src/cuda/conv_tok.cuh — the causal conv of gdn_attention's projections for one token, as the
+// pipelined fused step (recurrent_tma.cuh, kFused) needs it: a consumer lane computes the conv
+// outputs of its own q/k elements and value rows straight from the conv pool window and the qkvz
+// rows (SPEC.md §3; the same operations, in the same order, as conv_token in recurrent.cuh and the
+// owner threads of fused_step.cuh), and the pool rows are written afterwards by conv_channel once
+// every reader of the window is done.
+#pragma once
+#include "cuda/conv_channel.cuh"
+#include "cuda/rec_common.cuh"
+
+namespace gdn::cuda {
+
+// Where local token t's conv taps are: the window (W-1 rows of the pool slot from row `base`; null
+// when the sequence has no initial window: zeros) and the sequence's tokens.
+template <typename TAct>
+struct ConvPos {
+  const TAct* win;  // pool + slot0 * slot_stride + base * D, or nullptr
+  int64_t begin, t, out_rows;
+};
+
+template <typename TAct>
+__device__ __forceinline__ ConvPos<TAct> conv_pos(const RecurrentParams& p, int64_t slot0, int64_t base, bool window,
+                                                  int64_t begin, int64_t t) {
+  const TAct* win =
+      window ? static_cast<const TAct*>(p.conv.state) + slot0 * p.conv.slot_stride + base * p.conv.D : nullptr;
+  return ConvPos<TAct>{win, begin, t, p.src.num_actual_tokens};
+}
+
+// y[c] = round_TAct(act(bias + sum_j w[ch + c, j] * tap_j[ch + c])), c < CH contiguous conv channels
+// from ch (their qkvz columns contiguous too), taps t .. t + W - 1 of (window ++ tokens). CH > 1:
+// vector loads (alignment checked on the host).
+template <typename TAct, int CH>
+__device__ __forceinline__ void conv_chunk(const RecurrentParams& p, const GroupMeta& g, const ConvPos<TAct>& cp,
+                                           int ch, float (&y)[CH]) {
+  constexpr int kBytes = CH * static_cast<int>(sizeof(TAct)), kVecB = kBytes < 16 ? kBytes : 16;
+  constexpr int kPer = kVecB / static_cast<int>(sizeof(TAct));  // elements per vector load
+  using Vec = typename VecOf<kVecB>::type;
+  const int W = p.conv.W, col = p.src.proj.conv_col(ch);
+  const TAct* w = static_cast<const TAct*>(p.conv.weight) + static_cast<int64_t>(ch) * p.conv.weight_rs;
+#pragma unroll
+  for (int c = 0; c < CH; ++c) y[c] = p.conv.bias ? to_float(static_cast<const TAct*>(p.conv.bias)[ch + c]) : 0.f;
+#pragma unroll
+  for (int j = 0; j < kMaxW; ++j) {
+    if (j >= W) break;
+    const int64_t idx = cp.t + j;
+    const TAct* src = nullptr;
+    if (idx < W - 1) {
+      if (cp.win) src = cp.win + idx * p.conv.D + ch;
+    } else {
+      const int64_t row = global_row(g, cp.begin + idx - (W - 1), cp.out_rows);  // >= 0: checked (padding)
+      src = static_cast<const TAct*>(p.src.qkvz) + row * p.src.qkvz_rs + col;
+    }
+    alignas(16) TAct u[CH];
+    if (src) {
+      if constexpr (CH == 1) u[0] = *src;
+      else
+#pragma unroll
+        for (int v = 0; v < CH / kPer; ++v) reinterpret_cast<Vec*>(u)[v] = reinterpret_cast<const Vec*>(src)[v];
+    } else {
+#pragma unroll
+      for (int c = 0; c < CH; ++c) u[c] = TAct(0.f);
+    }
+#pragma unroll
+    for (int c = 0; c < CH; ++c) y[c] += to_float(w[c * p.conv.weight_rs + j]) * to_float(u[c]);
+  }
+#pragma unroll
+  for (int c = 0; c < CH; ++c) y[c] = round_to<TAct>(p.conv.silu ? silu(y[c]) : y[c]);
+}
+
+// The lane's q and k elements of key head h (element e of chunk c: K-index c L CH + ln CH + e).
+template <typename TAct, int L, int CH, int EPL>
+__device__ __forceinline__ void conv_qk(const RecurrentParams& p, const GroupMeta& g, const ConvPos<TAct>& cp, int h,
+                                        int ln, float (&kr)[EPL], float (&qr)[EPL]) {
+  const auto& PL = p.src.proj;
+#pragma unroll
+  for (int c = 0; c < EPL / CH; ++c) {
+    const int kc = c * L * CH + ln * CH;
+    float yq[CH], yk[CH];
+    conv_chunk<TAct, CH>(p, g, cp, h * PL.K + kc, yq);
+    conv_chunk<TAct, CH>(p, g, cp, PL.H * PL.K + h * PL.K + kc, yk);
+#pragma unroll
+    for (int e = 0; e < CH; ++e) qr[c * CH + e] = yq[e], kr[c * CH + e] = yk[e];
+  }
+}
+
+// v of value head hv, rows row0 + j G (j < R).
+template <typename TAct, int R, int G>
+__device__ __forceinline__ void conv_v(const RecurrentParams& p, const GroupMeta& g, const ConvPos<TAct>& cp, int hv,
+                                       int row0, float (&vv)[R]) {
+  const auto& PL = p.src.proj;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    float y[1];
+    conv_chunk<TAct, 1>(p, g, cp, 2 * PL.H * PL.K + hv * PL.V + row0 + j * G, y);
+    vv[j] = y[0];
+  }
+}
+
+// Pool rows of conv channels [c0, c0 + n) of one sequence, lanes of a warp taking every 32nd one
+// (conv_channel: reads the window, then writes; no conv output).
+template <typename TAct>
+__device__ __forceinline__ void pool_update(const RecurrentParams& p, const GroupMeta& g, const ConvSeq& cs, int c0,
+                                            int n, int lane) {
+  for (int c = c0 + lane; c < c0 + n; c += 32) {
+    switch (p.conv.W) {
+      case 2: conv_channel<TAct, 2, true>(p.conv, p.src, g, cs, c, nullptr, 0, p.has_null, p.null_id); break;
+      case 3: conv_channel<TAct, 3, true>(p.conv, p.src, g, cs, c, nullptr, 0, p.has_null, p.null_id); break;
+      case 4: conv_channel<TAct, 4, true>(p.conv, p.src, g, cs, c, nullptr, 0, p.has_null, p.null_id); break;
+      default: conv_channel<TAct, 5, true>(p.conv, p.src, g, cs, c, nullptr, 0, p.has_null, p.null_id); break;
+    }
+  }
+}
+
+// Every token of local range [begin, begin + len) has a row below out_rows (else: padding).
+__device__ __forceinline__ bool rows_in_buffer(const GroupMeta& g, int64_t begin, int64_t len, int64_t out_rows) {
+  if (!g.token_indx.present()) return begin >= 0 && begin + len <= out_rows;
+  for (int64_t t = 0; t < len; ++t)
+    if (global_row(g, begin + t, out_rows) < 0) return false;
+  return true;
+}
+
+}  // namespace gdn::cuda

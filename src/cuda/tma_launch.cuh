@@ -1,0 +1,105 @@
+// src/cuda/tma_launch.cuh — host side of the pipelined sm_90 kernels (recurrent_tma.cuh): their
+// shared-memory shape per device, and where they are launched instead of the register kernels.
+#pragma once
+#include <mutex>
+#include <optional>
+
+#include "cuda/recurrent_tma.cuh"
+
+namespace gdn::cuda {
+
+// Per (kernel instantiation, device): stages, shared memory and resident blocks, found once.
+struct TmaShape {
+  bool ok = false;
+  int stages = 0, smem = 0, blocks = 0;  // blocks: resident blocks on the whole device
+};
+template <typename TAct, typename TS, int KP, int kTok, bool kFused>
+TmaShape tma_shape(int dev) {
+  using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
+  constexpr int kMaxDev = 64;
+  static std::mutex mu;
+  static TmaShape shapes[kMaxDev];
+  static bool known[kMaxDev] = {};
+  if (dev < 0 || dev >= kMaxDev) return TmaShape{};
+  std::lock_guard<std::mutex> lock(mu);
+  if (!known[dev]) {
+    known[dev] = true;
+    TmaShape s;
+    auto kernel = recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>;
+    int major = 0, sms = 0, per_sm = 0;
+    cudaFuncAttributes fa{};
+    s.stages = (GDN_TMA_SMEM_KB * 1024 - Lay::kBarBytes) / Lay::kStage;
+    s.stages = s.stages < Lay::kMaxStages ? s.stages : Lay::kMaxStages;
+    s.smem = Lay::kBarBytes + s.stages * Lay::kStage;
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                    major >= 9 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&
+                    s.stages > Lay::kConsumers &&  // every consumer can hold a stage while others fill
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem) == cudaSuccess &&
+                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Lay::kThreads, s.smem) ==
+                        cudaSuccess &&
+                    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();  // a failed query is not the caller's error: the other kernels run
+    s.blocks = per_sm * sms;
+    s.ok = ok && s.blocks > 0;
+    shapes[dev] = s;
+  }
+  return shapes[dev];
+}
+
+// Launches the pipelined kernel where it applies: sm_90 code on an sm_90+ device, dense "vk" state,
+// K = 128, V a multiple of the item rows, 16-byte aligned inputs (q/k/v rows; fused: the qkvz rows
+// and the conv pool's slots), at least GDN_TMA_MIN_SEQHEADS_* sequence-heads and on average at most
+// 4 tokens per sequence (a persistent block's items run one after another: long prefills keep the
+// dynamically scheduled kernels). nullopt: not launched (the caller's other kernels run).
+template <typename TAct, typename TS, int KP, bool kFused>
+std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
+  if constexpr (KP != 128 || GDN_TMA == 0) {
+    return std::nullopt;
+  } else {
+    // GDN_CUDA_TMA=0: never; =1: wherever it can run, whatever the batch (tests run the CUDA suite
+    // both ways); unset: by the batch as below.
+    const bool off = env_equals("GDN_CUDA_TMA", "0"), force = env_equals("GDN_CUDA_TMA", "1");
+    if (off || p.kv_layout || !p.state_vec || p.K != KP) return std::nullopt;
+    constexpr int64_t kMinSeqHeads = sizeof(TS) == 4 ? GDN_TMA_MIN_SEQHEADS_F32 : GDN_TMA_MIN_SEQHEADS_16;
+    if (!force && nseq * p.HV < kMinSeqHeads) return std::nullopt;
+    if constexpr (kFused) {
+      if (!aligned16(p.src.qkvz, p.src.qkvz_rs, sizeof(TAct)) ||
+          !aligned16(p.conv.state, p.conv.slot_stride, sizeof(TAct)) || p.conv.D % 8 != 0 || p.conv.W < 2 ||
+          p.conv.W > kMaxW || p.src.proj.K != KP || p.src.proj.V % 8 != 0)
+        return std::nullopt;
+    } else if (!aligned16(p.src.q, p.src.q_rs, sizeof(TAct)) || !aligned16(p.src.k, p.src.k_rs, sizeof(TAct)) ||
+               !aligned16(p.src.v, p.src.v_rs, sizeof(TAct))) {
+      return std::nullopt;
+    }
+    const int64_t rows = p.group[0].limit + p.group[1].limit;
+    auto go = [&](auto tok_tag) -> std::optional<Status> {
+      constexpr int kTok = decltype(tok_tag)::value;
+      using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
+      if (p.V % Lay::kItemRows != 0) return std::nullopt;
+      int dev = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess) return std::nullopt;
+      const TmaShape sh = tma_shape<TAct, TS, KP, kTok, kFused>(dev);
+      if (!sh.ok) return std::nullopt;
+      const int tiles = p.V / Lay::kItemRows;
+      const int64_t items = nseq * p.HV * tiles;
+      if (items >= (int64_t{1} << 31)) return std::nullopt;
+      TmaGrid tg{tiles, sh.stages, p.r * tiles};
+      int64_t work = items;  // what the blocks share out: items, or (fused) whole key-head groups
+      if constexpr (kFused) {
+        work = nseq * p.H;
+        // a group counter is reused only after its group is done (recurrent_tma.cuh)
+        if (p.HV != p.H * p.r || sh.stages > (kTmaGroupRing - 1) * tg.group_items) return std::nullopt;
+      }
+      const int64_t blocks = work < sh.blocks ? work : sh.blocks;
+      recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>
+          <<<static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream>>>(p, tg);
+      GDN_CUDA_CHECK(cudaGetLastError());
+      return Status::Ok();
+    };
+    if (rows <= nseq) return go(std::integral_constant<int, 1>{});
+    if (rows <= 4 * nseq || force) return go(std::integral_constant<int, 4>{});
+    return std::nullopt;
+  }
+}
+
+}  // namespace gdn::cuda
