@@ -6,7 +6,8 @@
 //     core_attn_out, z, conv_state and ssm_state identical byte for byte (SPEC.md §6).
 //   CudaFusedLaunches.OneAndTwoLaunchesAgree: gdn_attention as one launch (thread-block clusters
 //     of the blocks of one (sequence, key head), sm_90) and as two (GDN_CUDA_FUSED_LAUNCHES=2):
-//     byte-identical outputs and pools, both equal to the CPU; a captured graph holds 1 kernel node
+//     both equal to the CPU, z and the conv pool byte-identical, core_attn_out and ssm_state too
+//     unless the pipelined sm_90 kernel is forced (another lane split of K); a captured graph holds 1 kernel node
 //     where the cluster fits (<= 8 blocks, sm_90; 16 when the card allows) and 2 when forced, for
 //     cluster sizes 4..16 and one too large for a cluster (falls back to two launches).
 // Tolerances as in test_cuda_graph.cpp (same float32 math, other summation order: 1e-5 for float32
@@ -191,10 +192,16 @@ TEST_P(CudaFusedLaunches, OneAndTwoLaunchesAgree) {
   AttnOut ref;
   PROP_ASSERT_OK(cpu_attention(p, core, z, &ref));
   expect_attention_match(p, out[0], ref, core, z, tol_of(p.act, p.ssm_dtype));
-  EXPECT_TRUE(out[0].core.same_bytes(out[1].core)) << "core_attn_out: " << byte_diff(out[0].core, out[1].core);
+  expect_attention_match(p, out[1], ref, core, z, tol_of(p.act, p.ssm_dtype));
   EXPECT_TRUE(out[0].z.same_bytes(out[1].z)) << "z: " << byte_diff(out[0].z, out[1].z);
   EXPECT_TRUE(out[0].conv.same_bytes(out[1].conv)) << "conv_state: " << byte_diff(out[0].conv, out[1].conv);
-  EXPECT_TRUE(out[0].ssm.same_bytes(out[1].ssm)) << "ssm_state: " << byte_diff(out[0].ssm, out[1].ssm);
+  // The cluster kernel and the two-launch form sum in the same order: same bytes. The pipelined
+  // kernel (forced by GDN_CUDA_TMA=1 in the "tma:" run) spreads K over the lanes differently: the
+  // CPU tolerance above is the check there.
+  if (std::getenv("GDN_CUDA_TMA") == nullptr || std::string(std::getenv("GDN_CUDA_TMA")) != "1") {
+    EXPECT_TRUE(out[0].core.same_bytes(out[1].core)) << "core_attn_out: " << byte_diff(out[0].core, out[1].core);
+    EXPECT_TRUE(out[0].ssm.same_bytes(out[1].ssm)) << "ssm_state: " << byte_diff(out[0].ssm, out[1].ssm);
+  }
 }
 
 // Cluster = (ceil(V / rows per block), HV / H) blocks; 32 rows per block of the one-launch step at

@@ -115,7 +115,19 @@ __device__ void copy_z(const TokenSource& src, void* z_ptr, int64_t z_rs, int64_
     const int hv = static_cast<int>(pr - row * L.HV);
     const TAct* from = x + row * src.qkvz_rs + L.z_col(hv, 0);
     TAct* to = z + row * z_rs + static_cast<int64_t>(hv) * L.V;
-    for (int vi = threadIdx.x % 32; vi < L.V; vi += 32) to[vi] = from[vi];
+    for (int v0 = 0; v0 < L.V; v0 += 128) {  // four loads in flight before the stores
+      TAct x[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int vi = v0 + u * 32 + threadIdx.x % 32;
+        if (vi < L.V) x[u] = from[vi];
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int vi = v0 + u * 32 + threadIdx.x % 32;
+        if (vi < L.V) to[vi] = x[u];
+      }
+    }
   }
 }
 

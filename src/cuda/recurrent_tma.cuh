@@ -343,7 +343,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             const int tt = static_cast<int>(t);
             row = m.row[tt];
             if constexpr (kFused) {
-              conv_v<TAct, R, G>(p, g, cpos(t), hv, row0, vv);
+              conv_v<TAct, L, R, G>(p, g, cpos(t), hv, row0, lane, vv);
             } else {
               const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
 #pragma unroll
@@ -360,7 +360,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             row = global_row(g, tr.begin + t, out_rows);
             const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
             conv_qk<TAct, L, CH, EPL>(p, g, cpos(t), h, ln, kr, qr);
-            conv_v<TAct, R, G>(p, g, cpos(t), hv, row0, vv);
+            conv_v<TAct, L, R, G>(p, g, cpos(t), hv, row0, lane, vv);
             gates = prep_regs<L, EPL>(to_float(ba[p.src.proj.a_col(hv)]), to_float(ba[p.src.proj.b_col(hv)]), A, dtb,
                                       p.scale, kr, qr);
           } else {  // past the staged tokens: straight from global memory
