@@ -279,8 +279,10 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
   const int ln = lane % L, grp = lane / L;
+  TMA_T0(t_z);
   if constexpr (kFused)  // z: every row below num_actual_tokens, spread over the grid's consumer warps
     copy_z<TAct, Lay::kConsumers * 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x);
+  TMA_ADD(prof[0], t_z);
   int st = warp;  // stage of item k and the parity of its use (stages > kConsumers: host)
   uint32_t phase = 0;
   for (int k = warp; k < nk; k += Lay::kConsumers) {
@@ -316,7 +318,9 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
       float kr0[EPL], qr0[EPL];
       TokenGates g0{};
       if (!(flags & kTmaPad)) {
+        TMA_T0(t_in);
         first_qk(0, kr0, qr0);
+        TMA_ADD(prof[0], t_in);
         g0 = prep_regs<L, EPL>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0);
       }
 #pragma unroll 1
@@ -343,7 +347,9 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             const int tt = static_cast<int>(t);
             row = m.row[tt];
             if constexpr (kFused) {
+              TMA_T0(t_in);
               conv_v<TAct, L, R, G>(p, g, cpos(t), hv, row0, lane, vv);
+              TMA_ADD(prof[0], t_in);
             } else {
               const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
 #pragma unroll
@@ -395,6 +401,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     if constexpr (kFused) {
       // Conv pool: this item's value rows now (no other item reads them); the key head's q/k
       // channels by the group's last item, after every item of the group has read them.
+      TMA_T0(t_pool);
       const bool write = !(flags & (kTmaSkip | kTmaPad));
       const auto& PL = p.src.proj;
       const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (flags & kTmaInit) != 0,
@@ -413,6 +420,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
         pool_update<TAct>(p, g, cs, h * PL.K, PL.K, lane);
         pool_update<TAct>(p, g, cs, PL.H * PL.K + h * PL.K, PL.K, lane);
       }
+      TMA_ADD(prof[0], t_pool);
     }
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
     st += Lay::kConsumers;
@@ -439,7 +447,8 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if (threadIdx.x < kTmaGroupRing) s_done[threadIdx.x] = 0;
-  long long prof[4] = {0, 0, 0, 0};  // profile: resolve (producer), barrier waits, recurrence, stores
+  long long prof[4] = {0, 0, 0, 0};  // profile: resolve (producer) / conv, pool, z (consumers), barrier waits,
+                                     // recurrence, stores
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
   if (threadIdx.x == 0) s_launch = blockIdx.x == 0 ? atomicAdd(&g_tma_launches, 1) : -1;
@@ -459,7 +468,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   else tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, s_done, warp, lane, prof);
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))
-    printf("tma-prof items %d warp %d lane %d: total %lld resolve %lld wait %lld recur %lld store %lld\n", nk, warp,
+    printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld\n", nk, warp,
            lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3]);
 #else
   (void)prof;
