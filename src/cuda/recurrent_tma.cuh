@@ -22,12 +22,14 @@
 // operations as recur_token.
 // kFused: gdn_attention's whole step (conv + gates + norms + recurrence + conv pool + z) in the same
 // pipeline. Items are then ordered (sequence, key head, value head, row tile) and a block takes
-// whole (sequence, key head) groups (groups b, b + grid, ...): the stage holds only the state tile
-// and the metadata; a consumer computes the conv of its lanes' q/k elements and value rows for each
-// token from the pool window and the qkvz rows (conv_tok.cuh), writes its rows' pool channels after
-// its last token, and the group's last item to finish (a counter per group in shared memory) writes
-// the key head's q/k pool channels, once every item of the group has read them. Consumer warps copy
-// z first. The host side is in tma_launch.cuh.
+// whole (sequence, key head) groups (groups b, b + grid, ...); the stage holds only the state tile
+// and the metadata. Before a group's first item the producer warp computes the conv of the key
+// head's q and k for the sequence's first kTok (4 >= W - 1) tokens into a group buffer in shared
+// memory (a ring of kGroupBufs, each freed by a barrier every item of its group arrives on) and
+// writes their conv pool rows (it is their only reader: tokens past kTok take no window tap). A
+// consumer computes the conv of its value rows from the pool window and the qkvz rows
+// (conv_tok.cuh) and writes their pool rows after its last token; q/k of tokens past kTok come
+// from the qkvz rows too. Consumer warps copy z first. The host side is in tma_launch.cuh.
 #pragma once
 #include "cuda/conv_tok.cuh"
 #include "cuda/rec_common.cuh"
@@ -160,7 +162,11 @@ struct TmaLayout {
   static constexpr int kOffQ = kTile, kOffK = kOffQ + kStaged * kQK, kOffV = kOffK + kStaged * kQK;
   static constexpr int kOffMeta = kOffV + kStaged * kV;
   static constexpr int kStage = round_up(kOffMeta + static_cast<int>(sizeof(TmaMeta<kTok>)), 128);
-  static constexpr int kMaxStages = 64, kBarBytes = 2 * kMaxStages * 8;
+  static constexpr int kMaxStages = 64;
+  // fused: group buffers (q, k conv outputs of kTok tokens, float32) and their barriers
+  static constexpr int kGroupBufs = kFused ? 4 : 0, kGroupFloats = kTok * 2 * KP;
+  static constexpr int kBarBytes = round_up((2 * kMaxStages + kGroupBufs) * 8, 16);
+  static constexpr int kHead = kBarBytes + kGroupBufs * kGroupFloats * 4;  // bytes before the stages
   static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
 };
 
@@ -168,13 +174,60 @@ struct TmaGrid {
   int tiles, stages;
   int group_items;  // fused: items of one (sequence, key head) group (r x tiles)
 };
-constexpr int kTmaGroupRing = 16;  // fused: group counters in shared memory (host: stages < 15 groups)
+
+// Fused, the whole producer warp before group gq's first item (m: that item's metadata, the same for
+// the whole group): waits until every item of the group that used the buffer before is done, then
+// the conv of the key head's q and k for the first kTok tokens into the buffer ([token][q | k],
+// lane: 8 channels), and their conv pool rows.
+template <typename TAct, int KP, int kTok>
+__device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
+                                               float* gbuf, uint64_t* gdone, int lane) {
+  const int gs = gq % bufs;
+  mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
+  if (m.flags & (kTmaSkip | kTmaPad)) return;
+  const GroupMeta& g = p.group[m.gi];
+  const auto& PL = p.src.proj;
+  const int h = m.hv / p.r;
+  const bool window = (m.flags & kTmaInit) || g.spec;
+  float* buf = gbuf + gs * (kTok * 2 * KP);
+  const int ntok = static_cast<int>(m.len < kTok ? m.len : kTok);
+  static_assert(2 * KP == 32 * 8, "8 q/k channels per lane");
+  for (int t = 0; t < ntok; ++t) {
+    const ConvPos<TAct> cp = conv_pos<TAct>(p, m.slot0, m.base, window, m.begin, t);
+#pragma unroll
+    for (int sc = 0; sc < 2; ++sc) {
+      const int c = lane * 8 + sc * 4;  // [q | k] index
+      const int ch = c < KP ? h * PL.K + c : PL.H * PL.K + h * PL.K + (c - KP);
+      float y[4];
+      conv_chunk<TAct, 4>(p, g, cp, ch, y);
+      *reinterpret_cast<float4*>(buf + t * 2 * KP + c) = make_float4(y[0], y[1], y[2], y[3]);
+    }
+  }
+  const rules::TokenRange tr{m.begin, m.len};
+  const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (m.flags & kTmaInit) != 0, true,
+                                   p.conv.W);
+  pool_update<TAct>(p, g, cs, h * PL.K, PL.K, lane);
+  pool_update<TAct>(p, g, cs, PL.H * PL.K + h * PL.K, PL.K, lane);
+}
+
+// Broadcast of lane u's item metadata (the fields group_prologue reads).
+template <int kTok>
+__device__ __forceinline__ TmaMeta<kTok> meta_of_lane(const TmaMeta<kTok>& m, int u) {
+  TmaMeta<kTok> b{};
+  auto sh64 = [&](int64_t x) { return static_cast<int64_t>(__shfl_sync(0xffffffffu, static_cast<long long>(x), u)); };
+  b.begin = sh64(m.begin), b.len = sh64(m.len), b.slot0 = sh64(m.slot0);
+  b.base = __shfl_sync(0xffffffffu, m.base, u), b.flags = __shfl_sync(0xffffffffu, m.flags, u);
+  b.gi = __shfl_sync(0xffffffffu, m.gi, u), b.i = __shfl_sync(0xffffffffu, m.i, u);
+  b.hv = __shfl_sync(0xffffffffu, m.hv, u);
+  return b;
+}
 
 // The producer warp: resolves 32 items at once (lane u: the block's item k0 + u: its metadata, gate
 // inputs, stage and copy sources), then issues them in order, one lane at a time.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, int lane, long long* prof) {
+                                            uint64_t* full, uint64_t* empty, float* gbuf, uint64_t* gdone, int lane,
+                                            long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   const uint64_t pol = evict_first_policy();
   for (int k0 = 0; k0 < nk; k0 += 32) {
@@ -246,6 +299,14 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
     TMA_ADD(prof[0], t_res);
 #endif
     for (int u = 0; u < nb; ++u) {
+      if constexpr (kFused) {
+        const int ku = k0 + u;
+        if (ku % tg.group_items == 0) {  // a group starts: uniform over the warp
+          const TmaMeta<kTok> mu = meta_of_lane<kTok>(m, u);
+          group_prologue<TAct, KP, kTok>(p, mu, ku / tg.group_items, Lay::kGroupBufs, gbuf, gdone, lane);
+          __syncwarp();
+        }
+      }
       if (lane == u) {
         TMA_T0(t_wait);
         mbar_wait(&empty[st], phase ^ 1u);  // the first round passes at once
@@ -271,11 +332,11 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 }
 
 // A consumer warp: its items (the block's items warp, warp + kConsumers, ...), every token of each,
-// in passes of kPassRows rows. s_done (fused): the group counters.
+// in passes of kPassRows rows. Fused: q, k of the first kTok tokens from the group buffer.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int nk, const uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, int* s_done, int warp, int lane,
-                                            long long* prof) {
+                                            uint64_t* full, uint64_t* empty, const float* gbuf, uint64_t* gdone,
+                                            int warp, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
   const int ln = lane % L, grp = lane / L;
@@ -305,10 +366,12 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     if (!(flags & kTmaSkip)) {
       const int ntok = static_cast<int>(tr.len < kTok ? tr.len : kTok);
       const float A = m.A, dtb = m.dtb;
-      // q and k of token tt < ntok: from the stage, or (fused) their conv
+      // q and k of token tt < ntok: from the stage, or (fused) from the group buffer
       auto first_qk = [&](int tt, float(&kr)[EPL], float(&qr)[EPL]) {
         if constexpr (kFused) {
-          conv_qk<TAct, L, CH, EPL>(p, g, cpos(tt), h, ln, kr, qr);
+          const float* b = gbuf + ((k / tg.group_items) % Lay::kGroupBufs) * Lay::kGroupFloats + tt * 2 * KP;
+          load_chunks<L, CH>(b, ln, qr);
+          load_chunks<L, CH>(b + KP, ln, kr);
         } else {
           load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK), ln, qr);
           load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK), ln, kr);
@@ -399,27 +462,17 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
       }
     }
     if constexpr (kFused) {
-      // Conv pool: this item's value rows now (no other item reads them); the key head's q/k
-      // channels by the group's last item, after every item of the group has read them.
+      // Conv pool: this item's value rows (no other item reads them); then the group buffer is free
+      // as far as this item goes.
       TMA_T0(t_pool);
-      const bool write = !(flags & (kTmaSkip | kTmaPad));
-      const auto& PL = p.src.proj;
-      const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (flags & kTmaInit) != 0,
-                                       true, p.conv.W);
-      if (write) pool_update<TAct>(p, g, cs, 2 * PL.H * PL.K + hv * PL.V + m.x * Lay::kItemRows, Lay::kItemRows, lane);
+      if (!(flags & (kTmaSkip | kTmaPad))) {
+        const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (flags & kTmaInit) != 0,
+                                         true, p.conv.W);
+        const auto& PL = p.src.proj;
+        pool_update<TAct>(p, g, cs, 2 * PL.H * PL.K + hv * PL.V + m.x * Lay::kItemRows, Lay::kItemRows, lane);
+      }
       __syncwarp();
-      __threadfence_block();  // this warp's reads of the window come before its count
-      int last = 0;
-      if (lane == 0) {
-        int* cnt = &s_done[(k / tg.group_items) % kTmaGroupRing];
-        last = atomicAdd(cnt, 1) == tg.group_items - 1;
-        if (last) *cnt = 0;  // the ring slot's next group starts after this stage is freed
-      }
-      if (__shfl_sync(0xffffffffu, last, 0) && write) {
-        __threadfence_block();
-        pool_update<TAct>(p, g, cs, h * PL.K, PL.K, lane);
-        pool_update<TAct>(p, g, cs, PL.H * PL.K + h * PL.K, PL.K, lane);
-      }
+      if (lane == 0) mbar_arrive(&gdone[(k / tg.group_items) % Lay::kGroupBufs]);
       TMA_ADD(prof[0], t_pool);
     }
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
@@ -434,19 +487,20 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   extern __shared__ __align__(16) uint8_t tma_smem[];
-  __shared__ int s_done[kTmaGroupRing];
   uint64_t* full = reinterpret_cast<uint64_t*>(tma_smem);
   uint64_t* empty = full + Lay::kMaxStages;
-  uint8_t* stages = tma_smem + Lay::kBarBytes;
+  uint64_t* gdone = empty + Lay::kMaxStages;  // fused: group buffers' barriers
+  float* gbuf = reinterpret_cast<float*>(tma_smem + Lay::kBarBytes);
+  uint8_t* stages = tma_smem + Lay::kHead;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < tg.stages; ++s) {
       mbar_init(&full[s], 1);   // the producer's arrive (plus the copies' bytes)
       mbar_init(&empty[s], 32);  // the consumer warp's 32 lanes
     }
+    for (int s = 0; s < Lay::kGroupBufs; ++s) mbar_init(&gdone[s], tg.group_items);  // one arrive per item
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  if (threadIdx.x < kTmaGroupRing) s_done[threadIdx.x] = 0;
   long long prof[4] = {0, 0, 0, 0};  // profile: resolve (producer) / conv, pool, z (consumers), barrier waits,
                                      // recurrence, stores
 #if GDN_TMA_PROFILE
@@ -464,8 +518,9 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     const int items = static_cast<int>((p.group[0].n + p.group[1].n) * p.HV * tg.tiles);
     nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
-  if (warp == Lay::kConsumers) tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, lane, prof);
-  else tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, s_done, warp, lane, prof);
+  if (warp == Lay::kConsumers)
+    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, lane, prof);
+  else tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, warp, lane, prof);
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))
     printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld\n", nk, warp,

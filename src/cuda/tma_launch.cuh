@@ -28,9 +28,9 @@ TmaShape tma_shape(int dev) {
     auto kernel = recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>;
     int major = 0, sms = 0, per_sm = 0;
     cudaFuncAttributes fa{};
-    s.stages = (GDN_TMA_SMEM_KB * 1024 - Lay::kBarBytes) / Lay::kStage;
+    s.stages = (GDN_TMA_SMEM_KB * 1024 - Lay::kHead) / Lay::kStage;
     s.stages = s.stages < Lay::kMaxStages ? s.stages : Lay::kMaxStages;
-    s.smem = Lay::kBarBytes + s.stages * Lay::kStage;
+    s.smem = Lay::kHead + s.stages * Lay::kStage;
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                     major >= 9 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&
                     s.stages > Lay::kConsumers &&  // every consumer can hold a stage while others fill
@@ -87,8 +87,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       int64_t work = items;  // what the blocks share out: items, or (fused) whole key-head groups
       if constexpr (kFused) {
         work = nseq * p.H;
-        // a group counter is reused only after its group is done (recurrent_tma.cuh)
-        if (p.HV != p.H * p.r || sh.stages > (kTmaGroupRing - 1) * tg.group_items) return std::nullopt;
+        if (p.HV != p.H * p.r) return std::nullopt;
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>
@@ -96,8 +95,12 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       GDN_CUDA_CHECK(cudaGetLastError());
       return Status::Ok();
     };
-    if (rows <= nseq) return go(std::integral_constant<int, 1>{});
-    if (rows <= 4 * nseq || force) return go(std::integral_constant<int, 4>{});
+    if constexpr (kFused) {  // 4 >= W - 1 staged tokens: later tokens take no conv window tap
+      if (rows <= 4 * nseq || force) return go(std::integral_constant<int, 4>{});
+    } else {
+      if (rows <= nseq) return go(std::integral_constant<int, 1>{});
+      if (rows <= 4 * nseq || force) return go(std::integral_constant<int, 4>{});
+    }
     return std::nullopt;
   }
 }
