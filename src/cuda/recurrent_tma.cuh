@@ -23,13 +23,13 @@
 // kFused: gdn_attention's whole step (conv + gates + norms + recurrence + conv pool + z) in the same
 // pipeline. Items are then ordered (sequence, key head, value head, row tile) and a block takes
 // whole (sequence, key head) groups (groups b, b + grid, ...); the stage holds only the state tile
-// and the metadata. Before a group's first item the producer warp computes the conv of the key
-// head's q and k for the sequence's first kTok (4 >= W - 1) tokens into a group buffer in shared
-// memory (a ring of kGroupBufs, each freed by a barrier every item of its group arrives on) and
-// writes their conv pool rows (it is their only reader: tokens past kTok take no window tap). A
-// consumer computes the conv of its value rows from the pool window and the qkvz rows
-// (conv_tok.cuh) and writes their pool rows after its last token; q/k of tokens past kTok come
-// from the qkvz rows too. Consumer warps copy z first. The host side is in tma_launch.cuh.
+// and the metadata. Before a group's first item the producer warp computes the conv of all the
+// group's channels (the key head's q and k, its r value heads' v) for the sequence's first kTok
+// (4 >= W - 1) tokens into a group buffer in shared memory (activation dtype: the conv output is
+// rounded to it anyway; a ring of kGroupBufs, each freed by a barrier every item of its group
+// arrives on) and writes their conv pool rows: it is the windows' only reader, since tokens past
+// kTok take no window tap; consumers compute those tokens' conv from the qkvz rows
+// (conv_tok.cuh). Consumer warps copy z first. The host side is in tma_launch.cuh.
 #pragma once
 #include "cuda/conv_tok.cuh"
 #include "cuda/rec_common.cuh"
@@ -164,9 +164,12 @@ struct TmaLayout {
   static constexpr int kStage = round_up(kOffMeta + static_cast<int>(sizeof(TmaMeta<kTok>)), 128);
   static constexpr int kMaxStages = 64;
   // fused: group buffers (q, k conv outputs of kTok tokens, float32) and their barriers
-  static constexpr int kGroupBufs = kFused ? 4 : 0, kGroupFloats = kTok * 2 * KP;
+  static constexpr int kMaxRV = 512;  // fused: r V (value rows of a key head) at most (host)
+  static constexpr int kGroupRow = 2 * KP + kMaxRV;  // [q | k | v of the r value heads] of one token
+  static constexpr int kGroupBufs = kFused ? 4 : 0, kGroupElems = kTok * kGroupRow;
   static constexpr int kBarBytes = round_up((2 * kMaxStages + kGroupBufs) * 8, 16);
-  static constexpr int kHead = kBarBytes + kGroupBufs * kGroupFloats * 4;  // bytes before the stages
+  static constexpr int kHead =  // bytes before the stages
+      kBarBytes + round_up(kGroupBufs * kGroupElems * static_cast<int>(sizeof(TAct)), 16);
   static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
 };
 
@@ -177,37 +180,39 @@ struct TmaGrid {
 
 // Fused, the whole producer warp before group gq's first item (m: that item's metadata, the same for
 // the whole group): waits until every item of the group that used the buffer before is done, then
-// the conv of the key head's q and k for the first kTok tokens into the buffer ([token][q | k],
-// lane: 8 channels), and their conv pool rows.
+// computes the conv of the group's channels for the first kTok tokens into the buffer (lane: every
+// 32nd chunk of 4 channels) and writes their conv pool rows.
 template <typename TAct, int KP, int kTok>
 __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
-                                               float* gbuf, uint64_t* gdone, int lane) {
+                                            TAct* gbuf, uint64_t* gdone, int lane) {
+  constexpr int kRow = 2 * KP + 512;  // TmaLayout::kGroupRow
   const int gs = gq % bufs;
   mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
   if (m.flags & (kTmaSkip | kTmaPad)) return;
   const GroupMeta& g = p.group[m.gi];
   const auto& PL = p.src.proj;
-  const int h = m.hv / p.r;
+  const int h = m.hv / p.r, rv = p.r * PL.V;
+  const int q0 = h * PL.K, k0 = PL.H * PL.K + h * PL.K, v0 = 2 * PL.H * PL.K + h * rv;  // first conv channels
   const bool window = (m.flags & kTmaInit) || g.spec;
-  float* buf = gbuf + gs * (kTok * 2 * KP);
-  const int ntok = static_cast<int>(m.len < kTok ? m.len : kTok);
-  static_assert(2 * KP == 32 * 8, "8 q/k channels per lane");
+  TAct* buf = gbuf + gs * (kTok * kRow);
+  const int ntok = static_cast<int>(m.len < kTok ? m.len : kTok), chunks = (2 * KP + rv) / 4;
   for (int t = 0; t < ntok; ++t) {
     const ConvPos<TAct> cp = conv_pos<TAct>(p, m.slot0, m.base, window, m.begin, t);
-#pragma unroll
-    for (int sc = 0; sc < 2; ++sc) {
-      const int c = lane * 8 + sc * 4;  // [q | k] index
-      const int ch = c < KP ? h * PL.K + c : PL.H * PL.K + h * PL.K + (c - KP);
+    for (int cc = lane; cc < chunks; cc += 32) {
+      const int c = cc * 4;  // [q | k | v] index
+      const int ch = c < KP ? q0 + c : c < 2 * KP ? k0 + (c - KP) : v0 + (c - 2 * KP);
       float y[4];
       conv_chunk<TAct, 4>(p, g, cp, ch, y);
-      *reinterpret_cast<float4*>(buf + t * 2 * KP + c) = make_float4(y[0], y[1], y[2], y[3]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) buf[t * kRow + c + e] = from_float<TAct>(y[e]);  // exact: y is rounded
     }
   }
   const rules::TokenRange tr{m.begin, m.len};
   const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (m.flags & kTmaInit) != 0, true,
                                    p.conv.W);
-  pool_update<TAct>(p, g, cs, h * PL.K, PL.K, lane);
-  pool_update<TAct>(p, g, cs, PL.H * PL.K + h * PL.K, PL.K, lane);
+  pool_update<TAct>(p, g, cs, q0, PL.K, lane);
+  pool_update<TAct>(p, g, cs, k0, PL.K, lane);
+  pool_update<TAct>(p, g, cs, v0, rv, lane);
 }
 
 // Broadcast of lane u's item metadata (the fields group_prologue reads).
@@ -226,7 +231,7 @@ __device__ __forceinline__ TmaMeta<kTok> meta_of_lane(const TmaMeta<kTok>& m, in
 // inputs, stage and copy sources), then issues them in order, one lane at a time.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, float* gbuf, uint64_t* gdone, int lane,
+                                            uint64_t* full, uint64_t* empty, TAct* gbuf, uint64_t* gdone, int lane,
                                             long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   const uint64_t pol = evict_first_policy();
@@ -335,7 +340,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 // in passes of kPassRows rows. Fused: q, k of the first kTok tokens from the group buffer.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int nk, const uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, const float* gbuf, uint64_t* gdone,
+                                            uint64_t* full, uint64_t* empty, const TAct* gbuf, uint64_t* gdone,
                                             int warp, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
@@ -359,7 +364,10 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     auto state_row = [&](int64_t slot, int vi) {
       return static_cast<TS*>(p.state) + slot * p.state_slot_stride + (static_cast<int64_t>(hv) * p.V + vi) * KP;
     };
-    // fused: where local token t's conv taps are
+    // fused: the group buffer's token tt, and where local token t's conv taps are
+    auto gbuf_tok = [&](int tt) {
+      return gbuf + ((k / tg.group_items) % Lay::kGroupBufs) * Lay::kGroupElems + tt * Lay::kGroupRow;
+    };
     auto cpos = [&](int64_t t) {
       return conv_pos<TAct>(p, m.slot0, m.base, (flags & kTmaInit) || g.spec, tr.begin, t);
     };
@@ -369,7 +377,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
       // q and k of token tt < ntok: from the stage, or (fused) from the group buffer
       auto first_qk = [&](int tt, float(&kr)[EPL], float(&qr)[EPL]) {
         if constexpr (kFused) {
-          const float* b = gbuf + ((k / tg.group_items) % Lay::kGroupBufs) * Lay::kGroupFloats + tt * 2 * KP;
+          const TAct* b = gbuf_tok(tt);
           load_chunks<L, CH>(b, ln, qr);
           load_chunks<L, CH>(b + KP, ln, kr);
         } else {
@@ -410,9 +418,9 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             const int tt = static_cast<int>(t);
             row = m.row[tt];
             if constexpr (kFused) {
-              TMA_T0(t_in);
-              conv_v<TAct, L, R, G>(p, g, cpos(t), hv, row0, lane, vv);
-              TMA_ADD(prof[0], t_in);
+              const TAct* bv = gbuf_tok(tt) + 2 * KP + (hv - h * p.r) * p.V;
+#pragma unroll
+              for (int j = 0; j < R; ++j) vv[j] = to_float(bv[row0 + j * G]);
             } else {
               const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
 #pragma unroll
@@ -461,19 +469,9 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
         TMA_ADD(prof[3], t_f);
       }
     }
-    if constexpr (kFused) {
-      // Conv pool: this item's value rows (no other item reads them); then the group buffer is free
-      // as far as this item goes.
-      TMA_T0(t_pool);
-      if (!(flags & (kTmaSkip | kTmaPad))) {
-        const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (flags & kTmaInit) != 0,
-                                         true, p.conv.W);
-        const auto& PL = p.src.proj;
-        pool_update<TAct>(p, g, cs, 2 * PL.H * PL.K + hv * PL.V + m.x * Lay::kItemRows, Lay::kItemRows, lane);
-      }
+    if constexpr (kFused) {  // this item is done with the group buffer
       __syncwarp();
       if (lane == 0) mbar_arrive(&gdone[(k / tg.group_items) % Lay::kGroupBufs]);
-      TMA_ADD(prof[0], t_pool);
     }
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
     st += Lay::kConsumers;
@@ -490,7 +488,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   uint64_t* full = reinterpret_cast<uint64_t*>(tma_smem);
   uint64_t* empty = full + Lay::kMaxStages;
   uint64_t* gdone = empty + Lay::kMaxStages;  // fused: group buffers' barriers
-  float* gbuf = reinterpret_cast<float*>(tma_smem + Lay::kBarBytes);
+  TAct* gbuf = reinterpret_cast<TAct*>(tma_smem + Lay::kBarBytes);
   uint8_t* stages = tma_smem + Lay::kHead;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {

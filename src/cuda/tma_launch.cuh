@@ -71,7 +71,8 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
                !aligned16(p.src.v, p.src.v_rs, sizeof(TAct))) {
       return std::nullopt;
     }
-    const int64_t rows = p.group[0].limit + p.group[1].limit;
+    // tokens of the batch (fused: both groups index the same num_actual_tokens rows)
+    const int64_t rows = kFused ? p.src.num_actual_tokens : p.group[0].limit + p.group[1].limit;
     auto go = [&](auto tok_tag) -> std::optional<Status> {
       constexpr int kTok = decltype(tok_tag)::value;
       using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
@@ -87,7 +88,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       int64_t work = items;  // what the blocks share out: items, or (fused) whole key-head groups
       if constexpr (kFused) {
         work = nseq * p.H;
-        if (p.HV != p.H * p.r) return std::nullopt;
+        if (p.HV != p.H * p.r || p.r * p.V > Lay::kMaxRV || p.V % 4 != 0) return std::nullopt;
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>
