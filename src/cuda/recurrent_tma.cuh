@@ -29,7 +29,8 @@
 // rounded to it anyway; a ring of kGroupBufs, each freed by a barrier every item of its group
 // arrives on) and writes their conv pool rows: it is the windows' only reader, since tokens past
 // kTok take no window tap; consumers compute those tokens' conv from the qkvz rows
-// (conv_tok.cuh). Consumer warps copy z first. The host side is in tma_launch.cuh.
+// (conv_tok.cuh). Consumer warps copy z first. The host side is in tma_launch.cuh; the fused form
+// runs only where forced (GDN_CUDA_TMA=1: the "tma:" tests), being slower than fused_step.cuh.
 #pragma once
 #include "cuda/conv_tok.cuh"
 #include "cuda/rec_common.cuh"
