@@ -168,7 +168,7 @@ struct TmaLayout {
   static constexpr int kMaxRV = 512;  // fused: r V (value rows of a key head) at most (host)
   static constexpr int kGroupRow = 2 * KP + kMaxRV;  // [q | k | v of the r value heads] of one token
   static constexpr int kGroupBufs = kFused ? 4 : 0, kGroupElems = kTok * kGroupRow;
-  static constexpr int kBarBytes = round_up((2 * kMaxStages + kGroupBufs) * 8, 16);
+  static constexpr int kBarBytes = round_up((2 * kMaxStages + 2 * kGroupBufs) * 8, 16);
   static constexpr int kHead =  // bytes before the stages
       kBarBytes + round_up(kGroupBufs * kGroupElems * static_cast<int>(sizeof(TAct)), 16);
   static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
@@ -180,16 +180,20 @@ struct TmaGrid {
 };
 
 // Fused, the whole producer warp before group gq's first item (m: that item's metadata, the same for
-// the whole group): waits until every item of the group that used the buffer before is done, then
-// computes the conv of the group's channels for the first kTok tokens into the buffer (lane: every
-// 32nd chunk of 4 channels) and writes their conv pool rows.
+// the whole group): waits until every item of the group that used the buffer before is done (gdone:
+// every consumer lane of every item arrives), then computes the conv of the group's channels for the
+// first kTok tokens into the buffer (lane: every 32nd chunk of 4 channels), and every lane arrives on
+// gready (consumers wait on it before reading); then the channels' conv pool rows.
 template <typename TAct, int KP, int kTok>
 __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
-                                            TAct* gbuf, uint64_t* gdone, int lane) {
+                                            TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
   constexpr int kRow = 2 * KP + 512;  // TmaLayout::kGroupRow
   const int gs = gq % bufs;
   mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
-  if (m.flags & (kTmaSkip | kTmaPad)) return;
+  if (m.flags & (kTmaSkip | kTmaPad)) {
+    mbar_arrive(&gready[gs]);
+    return;
+  }
   const GroupMeta& g = p.group[m.gi];
   const auto& PL = p.src.proj;
   const int h = m.hv / p.r, rv = p.r * PL.V;
@@ -208,6 +212,7 @@ __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaM
       for (int e = 0; e < 4; ++e) buf[t * kRow + c + e] = from_float<TAct>(y[e]);  // exact: y is rounded
     }
   }
+  mbar_arrive(&gready[gs]);
   const rules::TokenRange tr{m.begin, m.len};
   const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (m.flags & kTmaInit) != 0, true,
                                    p.conv.W);
@@ -232,7 +237,8 @@ __device__ __forceinline__ TmaMeta<kTok> meta_of_lane(const TmaMeta<kTok>& m, in
 // inputs, stage and copy sources), then issues them in order, one lane at a time.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, TAct* gbuf, uint64_t* gdone, int lane,
+                                            uint64_t* full, uint64_t* empty, TAct* gbuf, uint64_t* gdone,
+                                            uint64_t* gready, int lane,
                                             long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   const uint64_t pol = evict_first_policy();
@@ -309,7 +315,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
         const int ku = k0 + u;
         if (ku % tg.group_items == 0) {  // a group starts: uniform over the warp
           const TmaMeta<kTok> mu = meta_of_lane<kTok>(m, u);
-          group_prologue<TAct, KP, kTok>(p, mu, ku / tg.group_items, Lay::kGroupBufs, gbuf, gdone, lane);
+          group_prologue<TAct, KP, kTok>(p, mu, ku / tg.group_items, Lay::kGroupBufs, gbuf, gdone, gready, lane);
           __syncwarp();
         }
       }
@@ -342,7 +348,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int nk, const uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, const TAct* gbuf, uint64_t* gdone,
-                                            int warp, int lane, long long* prof) {
+                                            uint64_t* gready, int warp, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
   const int ln = lane % L, grp = lane / L;
@@ -355,6 +361,10 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
   for (int k = warp; k < nk; k += Lay::kConsumers) {
     TMA_T0(t_wait);
     mbar_wait(&full[st], phase);
+    if constexpr (kFused) {  // the group buffer is written
+      const int gq = k / tg.group_items;
+      mbar_wait(&gready[gq % Lay::kGroupBufs], static_cast<uint32_t>(gq / Lay::kGroupBufs) & 1u);
+    }
     TMA_ADD(prof[1], t_wait);
     const uint8_t* sb = stages + st * Lay::kStage;
     const TmaMeta<kTok>& m = *reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta);
@@ -470,10 +480,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
         TMA_ADD(prof[3], t_f);
       }
     }
-    if constexpr (kFused) {  // this item is done with the group buffer
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&gdone[(k / tg.group_items) % Lay::kGroupBufs]);
-    }
+    if constexpr (kFused) mbar_arrive(&gdone[(k / tg.group_items) % Lay::kGroupBufs]);  // done with the buffer
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
     st += Lay::kConsumers;
     if (st >= tg.stages) st -= tg.stages, phase ^= 1u;
@@ -488,7 +495,8 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   extern __shared__ __align__(16) uint8_t tma_smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(tma_smem);
   uint64_t* empty = full + Lay::kMaxStages;
-  uint64_t* gdone = empty + Lay::kMaxStages;  // fused: group buffers' barriers
+  uint64_t* gdone = empty + Lay::kMaxStages;  // fused: group buffers' barriers (free / written)
+  uint64_t* gready = gdone + Lay::kGroupBufs;
   TAct* gbuf = reinterpret_cast<TAct*>(tma_smem + Lay::kBarBytes);
   uint8_t* stages = tma_smem + Lay::kHead;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -497,7 +505,10 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
       mbar_init(&full[s], 1);   // the producer's arrive (plus the copies' bytes)
       mbar_init(&empty[s], 32);  // the consumer warp's 32 lanes
     }
-    for (int s = 0; s < Lay::kGroupBufs; ++s) mbar_init(&gdone[s], tg.group_items);  // one arrive per item
+    for (int s = 0; s < Lay::kGroupBufs; ++s) {
+      mbar_init(&gdone[s], 32 * tg.group_items);  // every consumer lane of every item of the group
+      mbar_init(&gready[s], 32);                  // every producer lane
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   long long prof[4] = {0, 0, 0, 0};  // profile: resolve (producer) / conv, pool, z (consumers), barrier waits,
@@ -518,8 +529,9 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
   if (warp == Lay::kConsumers)
-    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, lane, prof);
-  else tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, warp, lane, prof);
+    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane, prof);
+  else
+    tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))
     printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld\n", nk, warp,
