@@ -1,0 +1,151 @@
+// src/cuda/tma_layout.cuh — what the pipelined sm_90 kernels (recurrent_tma.cuh) and their host
+// side (tma_launch.cuh) share: tuning knobs, the shared-memory layout of a stage and of the fused
+// step's group buffers, the metadata the producer hands to a consumer, and the consumers' chunked
+// row loads and stores.
+#pragma once
+#include "cuda/rec_common.cuh"
+
+namespace gdn::cuda {
+
+// GDN_TMA 0 (or GDN_CUDA_TMA=0 in the environment at run time) disables the kernel: then
+// recurrent_kernel / recurrent_packed_kernel take every batch.
+#ifndef GDN_TMA
+#define GDN_TMA 1
+#endif
+#ifndef GDN_TMA_CONSUMERS
+#define GDN_TMA_CONSUMERS 7  // with the producer, 8 warps: 128 registers at 2 blocks per SM
+#endif
+#ifndef GDN_TMA_SMEM_KB  // dynamic shared memory per block: the stages and their barriers
+#define GDN_TMA_SMEM_KB 108
+#endif
+#ifndef GDN_TMA_MB  // resident blocks per SM the register budget must allow
+#define GDN_TMA_MB 2
+#endif
+// Smaller batches (sequences x value heads) keep the latency-bound kernels. H200 (bench/RESULTS.md):
+// float32 state gains from 128 on; 16-bit state lost at 128 and 192 (6.8 vs 7.8 µs, 8.0 vs 8.9) and
+// gained at 512 (17.1 vs 15.4).
+#ifndef GDN_TMA_MIN_SEQHEADS_F32
+#define GDN_TMA_MIN_SEQHEADS_F32 128
+#endif
+#ifndef GDN_TMA_MIN_SEQHEADS_16
+#define GDN_TMA_MIN_SEQHEADS_16 384
+#endif
+#ifndef GDN_TMA_EVICT  // state tiles loaded with an L2 evict-first policy (read once)
+#define GDN_TMA_EVICT 1
+#endif
+#ifndef GDN_TMA_PROFILE  // 1: block 0 of the 40th launch prints each warp's cycles (tuning only)
+#define GDN_TMA_PROFILE 0
+#endif
+#if GDN_TMA_PROFILE
+__device__ int g_tma_launches;
+#define TMA_T0(x) long long x = clock64()
+#define TMA_ADD(acc, t0) acc += clock64() - t0
+#else
+#define TMA_T0(x)
+#define TMA_ADD(acc, t0)
+#endif
+#ifndef GDN_TMA_PASSES_F32  // passes of 8 rows per item: item rows = 8 x passes
+#define GDN_TMA_PASSES_F32 1
+#endif
+#ifndef GDN_TMA_PASSES_16
+#define GDN_TMA_PASSES_16 2
+#endif
+
+// A lane's EPL elements of a K-row in NC = EPL / CH chunks of CH contiguous elements: chunk c holds
+// elements c L CH + ln CH + [0, CH). With CH elements = one 16-byte vector of state, one instruction
+// of a lane group moves 16 L contiguous bytes (whole 32-byte sectors; the plain ln EPL mapping
+// leaves each float32 store instruction half of every sector).
+template <int L, int CH, typename T, int EPL>
+__device__ __forceinline__ void load_chunks(const T* row, int ln, float (&out)[EPL]) {
+  constexpr int kBytes = CH * static_cast<int>(sizeof(T)), kVecB = kBytes < 16 ? kBytes : 16;
+  constexpr int kPer = kVecB / static_cast<int>(sizeof(T));
+  using Vec = typename VecOf<kVecB>::type;
+#pragma unroll
+  for (int c = 0; c < EPL / CH; ++c)
+#pragma unroll
+    for (int u = 0; u < CH / kPer; ++u) {
+      const Vec w = *reinterpret_cast<const Vec*>(row + c * L * CH + ln * CH + u * kPer);
+      const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) out[c * CH + u * kPer + j] = to_float(e[j]);
+    }
+}
+template <int L, int CH, typename T, int EPL>
+__device__ __forceinline__ void store_chunks(T* row, int ln, const float (&in)[EPL]) {
+  static_assert(CH * sizeof(T) == 16, "state chunks are 16-byte vectors");
+#pragma unroll
+  for (int c = 0; c < EPL / CH; ++c) {
+    uint4 w;
+    T* e = reinterpret_cast<T*>(&w);
+#pragma unroll
+    for (int j = 0; j < CH; ++j) e[j] = from_float<T>(in[c * CH + j]);
+    st_state(reinterpret_cast<uint4*>(row + c * L * CH + ln * CH), w);
+  }
+}
+
+// Where token `row`'s inputs are for key head h and the value rows from v0 (= hv V + first row).
+template <typename TAct>
+struct TokenSrc {
+  const TAct *q, *k, *v;
+  float a, b;
+};
+template <typename TAct, int KP>
+__device__ __forceinline__ TokenSrc<TAct> token_src(const RecurrentParams& p, int64_t row, int h, int hv,
+                                                    int64_t v0) {
+  TokenSrc<TAct> x;
+  x.q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
+  x.k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
+  x.v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + v0;
+  x.a = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
+  x.b = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+  return x;
+}
+
+// What the producer resolved for an item, read by its consumer from the stage.
+enum : int { kTmaSkip = 1, kTmaPad = 2, kTmaInit = 4 };
+template <int kTok>
+struct TmaMeta {
+  int64_t begin, len, slot0;
+  int64_t row[kTok];       // global rows of the staged tokens
+  int64_t col_slot[kTok];  // verify: the slot that receives the state after token t (-1: none)
+  float a[kTok], b[kTok];
+  float A, dtb;            // -exp(A_log), dt_bias of the value head
+  int flags, gi, i, hv, x;  // group, sequence in it, value head, row tile
+  int base;                 // fused: first conv window row (a - 1 for verify, else 0)
+};
+
+constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+template <typename TAct, typename TS, int KP, int kTok, bool kFused = false>
+struct TmaLayout {
+  static constexpr int kLanes = 16, kGroups = 2, kRowsPerLane = 4, EPL = KP / kLanes;
+  static constexpr int kChunk = 16 / static_cast<int>(sizeof(TS));  // elements per 16-byte state vector
+  static_assert(EPL % kChunk == 0, "whole state vectors per lane");
+  static constexpr int kPassRows = kGroups * kRowsPerLane;  // rows a consumer warp holds at once
+  static constexpr int kPasses = sizeof(TS) == 4 ? GDN_TMA_PASSES_F32 : GDN_TMA_PASSES_16;
+  static constexpr int kItemRows = kPassRows * kPasses;
+  static constexpr int kConsumers = GDN_TMA_CONSUMERS, kThreads = (kConsumers + 1) * 32;
+  static constexpr int kTile = kItemRows * KP * static_cast<int>(sizeof(TS));
+  static constexpr int kQK = KP * static_cast<int>(sizeof(TAct));
+  static constexpr int kV = kItemRows * static_cast<int>(sizeof(TAct));
+  static constexpr int kStaged = kFused ? 0 : kTok;  // tokens whose q, k, v the stage holds
+  static constexpr int kOffQ = kTile, kOffK = kOffQ + kStaged * kQK, kOffV = kOffK + kStaged * kQK;
+  static constexpr int kOffMeta = kOffV + kStaged * kV;
+  static constexpr int kStage = round_up(kOffMeta + static_cast<int>(sizeof(TmaMeta<kTok>)), 128);
+  static constexpr int kMaxStages = 64;
+  // fused: group buffers (q, k conv outputs of kTok tokens, float32) and their barriers
+  static constexpr int kMaxRV = 512;  // fused: r V (value rows of a key head) at most (host)
+  static constexpr int kGroupRow = 2 * KP + kMaxRV;  // [q | k | v of the r value heads] of one token
+  static constexpr int kGroupBufs = kFused ? 4 : 0, kGroupElems = kTok * kGroupRow;
+  static constexpr int kBarBytes = round_up((2 * kMaxStages + 2 * kGroupBufs) * 8, 16);
+  static constexpr int kHead =  // bytes before the stages
+      kBarBytes + round_up(kGroupBufs * kGroupElems * static_cast<int>(sizeof(TAct)), 16);
+  static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
+};
+
+struct TmaGrid {
+  int tiles, stages;
+  int group_items;  // fused: items of one (sequence, key head) group (r x tiles)
+};
+
+}  // namespace gdn::cuda
