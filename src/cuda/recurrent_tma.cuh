@@ -46,7 +46,7 @@ namespace gdn::cuda {
 template <typename TAct, int KP, int kTok>
 __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
                                             TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
-  constexpr int kRow = 2 * KP + 512;  // TmaLayout::kGroupRow
+  constexpr int kRow = tma_group_row(KP);
   const int gs = gq % bufs;
   mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
   if (m.flags & (kTmaSkip | kTmaPad)) {

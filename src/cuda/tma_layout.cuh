@@ -116,6 +116,11 @@ struct TmaMeta {
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
+// Fused: a group buffer's token row is [q | k | v of the key head's r value heads], r V at most
+// kTmaMaxRV (host).
+constexpr int kTmaMaxRV = 512;
+constexpr int tma_group_row(int KP) { return 2 * KP + kTmaMaxRV; }
+
 template <typename TAct, typename TS, int KP, int kTok, bool kFused = false>
 struct TmaLayout {
   static constexpr int kLanes = 16, kGroups = 2, kRowsPerLane = 4, EPL = KP / kLanes;
@@ -134,8 +139,8 @@ struct TmaLayout {
   static constexpr int kStage = round_up(kOffMeta + static_cast<int>(sizeof(TmaMeta<kTok>)), 128);
   static constexpr int kMaxStages = 64;
   // fused: group buffers (q, k conv outputs of kTok tokens, float32) and their barriers
-  static constexpr int kMaxRV = 512;  // fused: r V (value rows of a key head) at most (host)
-  static constexpr int kGroupRow = 2 * KP + kMaxRV;  // [q | k | v of the r value heads] of one token
+  static constexpr int kMaxRV = kTmaMaxRV;
+  static constexpr int kGroupRow = tma_group_row(KP);
   static constexpr int kGroupBufs = kFused ? 4 : 0, kGroupElems = kTok * kGroupRow;
   static constexpr int kBarBytes = round_up((2 * kMaxStages + 2 * kGroupBufs) * 8, 16);
   static constexpr int kHead =  // bytes before the stages
