@@ -1,9 +1,9 @@
 // src/cuda/conv_tok.cuh — the causal conv of gdn_attention's projections for one token, as the
-// pipelined fused step (recurrent_tma.cuh, kFused) needs it: a consumer lane computes the conv
-// outputs of its own q/k elements and value rows straight from the conv pool window and the qkvz
-// rows (SPEC.md §3; the same operations, in the same order, as conv_token in recurrent.cuh and the
-// owner threads of fused_step.cuh), and the pool rows are written afterwards by conv_channel once
-// every reader of the window is done.
+// pipelined fused step (recurrent_tma.cuh, kFused) needs it: chunks of contiguous conv channels
+// computed straight from the conv pool window and the qkvz rows (SPEC.md §3; the same operations,
+// in the same order, as conv_token in recurrent.cuh and the owner threads of fused_step.cuh) — by
+// the producer warp for a group's first tokens, by consumer lanes for later ones (conv_qk, conv_v)
+// — and the pool rows of a sequence's channels written once every reader of the window is done.
 #pragma once
 #include "cuda/conv_channel.cuh"
 #include "cuda/rec_common.cuh"

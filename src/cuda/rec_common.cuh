@@ -287,9 +287,9 @@ __device__ __forceinline__ TokenGates prep_token(const float* sq, const float* s
 // Sums of R row partials over an L-lane group. With R a power of two (<= L) and GDN_REC_SCATTER,
 // a reduce-scatter: at the level of lane mask m = L/2, L/4, ... each lane sends half of its values
 // to its partner and adds the other half it receives, so after log2 R levels it holds one row's
-// partial (row ln / (L / R)), finished by a plain butterfly over the remaining masks: log2 R +
-// (R - 1) + log2(L / R) shuffles instead of R log2 L (L = 16, R = 4: 5 instead of 16). Partners add
-// the same two numbers, so every lane of a row gets the same bits.
+// partial (row ln / (L / R)), finished by a plain butterfly over the remaining masks: (R - 1) +
+// log2(L / R) shuffles instead of R log2 L (L = 16, R = 4: 5 instead of 16). Partners add the same
+// two numbers, so every lane of a row gets the same bits.
 #ifndef GDN_REC_SCATTER
 #define GDN_REC_SCATTER 1
 #endif
