@@ -23,9 +23,9 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
                                (gridDim.y - nseq) * gridDim.x);
     return;
   }
-  const int gi = blockIdx.y < p.n0 ? 0 : 1;
-  const GroupMeta& g = p.group[gi];
-  const int64_t i = gi ? blockIdx.y - p.n0 : blockIdx.y;
+  const SeqRef sq = seq_ref(p, blockIdx.y);
+  const GroupMeta& g = p.group[sq.gi];
+  const int64_t i = sq.i;
   const auto tr = rules::token_range(g.qsl(i), g.qsl(i + 1), g.limit);
   if (tr.len == 0) return;
   const ConvRef& cv = p.conv;

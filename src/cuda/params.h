@@ -57,6 +57,16 @@ struct StepParams {
   int64_t z_rs = 0;
 };
 
+// Sequence z of a launch (group 0's sequences first, then group 1's): its group and its index there.
+struct SeqRef {
+  int gi;
+  int64_t i;
+};
+__device__ __forceinline__ SeqRef seq_ref(const StepParams& p, int64_t z) {
+  const int gi = z < p.n0 ? 0 : 1;
+  return SeqRef{gi, gi ? z - p.n0 : z};
+}
+
 struct RecurrentParams : StepParams {
   FloatRef A_log, dt_bias;
   void* state = nullptr;  // [slots, HV, V, K] or [slots, HV, K, V]

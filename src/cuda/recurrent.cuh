@@ -76,9 +76,9 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
   // Row of this lane group's step j: row0 + j * G; its block-local index: lrow0 + j * G.
   const int lrow0 = warp * Tr::kRowsPerWarp + lane / L;
   const int row0 = blockIdx.x * kRows + lrow0;
-  const int gi = blockIdx.z < p.n0 ? 0 : 1;
-  const GroupMeta& g = p.group[gi];
-  const int64_t i = gi ? blockIdx.z - p.n0 : blockIdx.z;
+  const SeqRef sq = seq_ref(p, blockIdx.z);
+  const GroupMeta& g = p.group[sq.gi];
+  const int64_t i = sq.i;
   const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
   const SeqInfo si = resolve_seq(p, g, i, kFused);
   const auto tr = si.tr;

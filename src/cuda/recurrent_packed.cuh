@@ -147,9 +147,9 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
   const int hv = blockIdx.y, h = hv / p.r;
   const int lrow0 = warp * Tr::kRowsPerWarp + lane / L;
   const int row0 = blockIdx.x * kRows + lrow0;
-  const int gi = blockIdx.z < p.n0 ? 0 : 1;
-  const GroupMeta& g = p.group[gi];
-  const int64_t i = gi ? blockIdx.z - p.n0 : blockIdx.z;
+  const SeqRef sq = seq_ref(p, blockIdx.z);
+  const GroupMeta& g = p.group[sq.gi];
+  const int64_t i = sq.i;
   const SeqInfo si = resolve_seq(p, g, i, false);
   const auto tr = si.tr;
   if (tr.len == 0) return;

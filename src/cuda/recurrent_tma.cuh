@@ -126,8 +126,9 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
         m.x = static_cast<int>(item - r * tg.tiles);
         m.hv = static_cast<int>(r - z * p.HV);
       }
-      m.gi = z < p.n0 ? 0 : 1;
-      m.i = static_cast<int>(m.gi ? z - p.n0 : z);
+      const SeqRef sq = seq_ref(p, z);
+      m.gi = sq.gi;
+      m.i = static_cast<int>(sq.i);
       const int hv = m.hv, h = hv / p.r;
       m.A = p.A_log(hv);  // raw here: its exp below, after the other loads are requested
       m.dtb = p.dt_bias(hv);
