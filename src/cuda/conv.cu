@@ -17,6 +17,7 @@ constexpr int kConvThreads = 128;
 
 template <typename TAct, int W, bool kFused>
 __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constant__ ConvParams p) {
+  pdl_start();
   const int64_t nseq = p.group[0].n + p.group[1].n;
   if (kFused && blockIdx.y >= nseq) {
     copy_z<TAct, kConvThreads>(p.src, p.z, p.z_rs, (blockIdx.y - nseq) * gridDim.x + blockIdx.x,
@@ -66,15 +67,14 @@ Status launch_w(const ConvParams& p, cudaStream_t stream) {
   const int64_t z_rows = kFused ? std::min<int64_t>((z_pairs + gx * 32 - 1) / (gx * 32), 1024) : 0;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(nseq + z_rows));
   if (grid.y == 0) return Status::Ok();
+  Launch launch(grid, kConvThreads, 0, stream);
   switch (p.conv.W) {
-    case 2: conv_kernel<TAct, 2, kFused><<<grid, kConvThreads, 0, stream>>>(p); break;
-    case 3: conv_kernel<TAct, 3, kFused><<<grid, kConvThreads, 0, stream>>>(p); break;
-    case 4: conv_kernel<TAct, 4, kFused><<<grid, kConvThreads, 0, stream>>>(p); break;
-    case 5: conv_kernel<TAct, 5, kFused><<<grid, kConvThreads, 0, stream>>>(p); break;
+    case 2: return launch(conv_kernel<TAct, 2, kFused>, p);
+    case 3: return launch(conv_kernel<TAct, 3, kFused>, p);
+    case 4: return launch(conv_kernel<TAct, 4, kFused>, p);
+    case 5: return launch(conv_kernel<TAct, 5, kFused>, p);
     default: return Status::Error("unsupported conv width " + std::to_string(p.conv.W) + ": supported {2, 3, 4, 5}");
   }
-  GDN_CUDA_CHECK(cudaGetLastError());
-  return Status::Ok();
 }
 
 }  // namespace

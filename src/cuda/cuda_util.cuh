@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "gdn/status.h"
 #include "gdn/tensor.h"
@@ -92,5 +93,60 @@ inline bool env_equals(const char* name, const char* value) {
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
+
+// Programmatic dependent launch (sm_90+). Every kernel of this backend starts with pdl_start():
+// griddepcontrol.wait blocks until the stream's previous kernel has completed and its writes are
+// visible (a no-op when there is none or the launch did not ask for overlap), so every result is
+// that of plain stream order; then launch_dependents lets the stream's next kernel be launched
+// while this one runs: its blocks become resident as room frees and wait in their own pdl_start().
+// What overlaps is launch latency and block start-up, never a memory access.
+__device__ __forceinline__ void pdl_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Whether launches ask for programmatic overlap with the stream's previous kernel: on sm_90+
+// unless GDN_CUDA_PDL=0 (read at each launch: benchmarks compare both).
+inline bool pdl_enabled() {
+  if (env_equals("GDN_CUDA_PDL", "0")) return false;
+  int dev = 0, major = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+}
+
+// One kernel launch of this backend: grid, block, dynamic shared memory, stream, programmatic
+// overlap where pdl_enabled(), and optionally a cluster shape.
+struct Launch {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[2] = {};
+  Launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream) {
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    if (pdl_enabled()) {
+      attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+      ++cfg.numAttrs;
+    }
+  }
+  Launch& cluster(unsigned x, unsigned y) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attr[cfg.numAttrs].val.clusterDim.x = x;
+    attr[cfg.numAttrs].val.clusterDim.y = y;
+    attr[cfg.numAttrs].val.clusterDim.z = 1;
+    ++cfg.numAttrs;
+    return *this;
+  }
+  template <typename... KArgs, typename... Args>
+  Status operator()(void (*kernel)(KArgs...), Args&&... args) {
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    if (e != cudaSuccess) return Status::Error(std::string("kernel launch: ") + cudaGetErrorString(e));
+    return Status::Ok();
+  }
+};
 
 }  // namespace gdn::cuda

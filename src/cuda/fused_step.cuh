@@ -42,6 +42,7 @@ template <typename TAct, typename TState, int KP, bool kDense>
 __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TState>::kMinBlocks)
     fused_step_kernel(const __grid_constant__ RecurrentParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  pdl_start();
   using Tr = StepTraits<TState>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
@@ -208,31 +209,20 @@ std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, 
   const int per = static_cast<int>((2 * p.K + csize - 1) / csize);
   if (per + Tr::kRows > Tr::kThreads) return std::nullopt;
   auto kernel = fused_step_kernel<TAct, TS, KP, kDense>;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(gx, static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq));
-  cfg.blockDim = dim3(Tr::kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = gx;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(p.r);
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  Launch launch(dim3(gx, static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq)), Tr::kThreads, 0, stream);
+  launch.cluster(gx, static_cast<unsigned>(p.r));
   if (csize > 8) {  // non-portable sizes: allowed on H100/H200, if such a cluster fits
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
       (void)cudaGetLastError();  // clear the attribute's error: the two-launch form runs instead
       return std::nullopt;
     }
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1) {
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg) != cudaSuccess || clusters < 1) {
       (void)cudaGetLastError();
       return std::nullopt;
     }
   }
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
-  if (e != cudaSuccess) return Status::Error(std::string("cudaLaunchKernelEx: ") + cudaGetErrorString(e));
-  return Status::Ok();
+  return launch(kernel, p);
 }
 
 }  // namespace gdn::cuda

@@ -64,6 +64,7 @@ template <typename TAct, typename TState, int KP, bool kFused, bool kDense, bool
 __global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
                                   RecTraits<TState, kFused, kSmall>::kMinBlocks)
     recurrent_kernel(const __grid_constant__ RecurrentParams p) {
+  pdl_start();
   using Tr = RecTraits<TState, kFused, kSmall>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
@@ -196,10 +197,9 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
       }
       const dim3 grid(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
                       static_cast<unsigned>(nseq));
-      if (dense) recurrent_kernel<TAct, TS, KP, kF, true, kS><<<grid, Tr::kThreads, 0, stream>>>(p);
-      else recurrent_kernel<TAct, TS, KP, kF, false, kS><<<grid, Tr::kThreads, 0, stream>>>(p);
-      GDN_CUDA_CHECK(cudaGetLastError());
-      return Status::Ok();
+      return Launch(grid, Tr::kThreads, 0, stream)(dense ? recurrent_kernel<TAct, TS, KP, kF, true, kS>
+                                                         : recurrent_kernel<TAct, TS, KP, kF, false, kS>,
+                                                   p);
     };
     using T = std::true_type;
     using F = std::false_type;
@@ -214,9 +214,7 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
         if (use_packed<TS, KP>(p)) {
           const dim3 grid(static_cast<unsigned>((p.V + PackedTraits::kRows - 1) / PackedTraits::kRows),
                           static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq));
-          recurrent_packed_kernel<TAct, TS, KP><<<grid, PackedTraits::kThreads, 0, stream>>>(p);
-          GDN_CUDA_CHECK(cudaGetLastError());
-          return Status::Ok();
+          return Launch(grid, PackedTraits::kThreads, 0, stream)(recurrent_packed_kernel<TAct, TS, KP>, p);
         }
     }
     return run(F{}, F{});

@@ -138,6 +138,7 @@ __device__ __forceinline__ float recur_token_packed(uint32_t (&w)[R][EPL / 2], c
 template <typename TAct, typename TState, int KP>
 __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBlocks)
     recurrent_packed_kernel(const __grid_constant__ RecurrentParams p) {
+  pdl_start();
   using Tr = PackedTraits;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L, NW = EPL / 2, RH = R / 2;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;

@@ -235,6 +235,27 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     auto state_row = [&](int64_t slot, int vi) {
       return static_cast<TS*>(p.state) + slot * p.state_slot_stride + (static_cast<int64_t>(hv) * p.V + vi) * KP;
     };
+    // The pass's rows of a state into `slot` (warp-uniform call): straight from the lanes, or
+    // (GDN_TMA_BULK_STORE) through the stage's tile, which the pass no longer reads, by one bulk
+    // store of its contiguous kPassRows rows (dense state).
+    auto put_state = [&](int64_t slot, int ps, int lr0, int row0, const float(&s)[R][EPL]) {
+      if constexpr (GDN_TMA_BULK_STORE) {
+        TS* tile = reinterpret_cast<TS*>(const_cast<uint8_t*>(sb));
+#pragma unroll
+        for (int j = 0; j < R; ++j) store_chunks_smem<L, CH>(tile + (lr0 + j * G) * KP, ln, s[j]);
+        fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) {
+          bulk_store(state_row(slot, m.x * Lay::kItemRows + ps * Lay::kPassRows), tile + ps * Lay::kPassRows * KP,
+                     Lay::kPassRows * KP * static_cast<int>(sizeof(TS)));
+          bulk_store_wait_read();  // the tile may be written again
+        }
+        __syncwarp();
+      } else {
+#pragma unroll
+        for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(slot, row0 + j * G), ln, s[j]);
+      }
+    };
     // fused: the group buffer's token tt, and where local token t's conv taps are
     auto gbuf_tok = [&](int tt) {
       return gbuf + ((k / tg.group_items) % Lay::kGroupBufs) * Lay::kGroupElems + tt * Lay::kGroupRow;
@@ -328,15 +349,11 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] =
                 from_float<TAct>(mine);
           const int64_t slot = t < ntok ? m.col_slot[t] : verify_slot(p, g, m.i, t);  // -1: none
-          if (slot >= 0)
-#pragma unroll
-            for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(slot, row0 + j * G), ln, s[j]);
+          if (slot >= 0) put_state(slot, ps, lr0, row0, s);
           TMA_ADD(prof[3], t_s);
         }
         TMA_T0(t_f);
-        if (!g.spec)
-#pragma unroll
-          for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(m.slot0, row0 + j * G), ln, s[j]);
+        if (!g.spec) put_state(m.slot0, ps, lr0, row0, s);
         TMA_ADD(prof[3], t_f);
       }
     }
@@ -345,12 +362,15 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     st += Lay::kConsumers;
     if (st >= tg.stages) st -= tg.stages, phase ^= 1u;
   }
+  if constexpr (GDN_TMA_BULK_STORE)
+    if (lane == 0) bulk_store_wait();
 }
 
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThreads, GDN_TMA_MB)
     recurrent_tma_kernel(const __grid_constant__ RecurrentParams p, const TmaGrid tg) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  pdl_start();
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   extern __shared__ __align__(16) uint8_t tma_smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(tma_smem);

@@ -96,10 +96,8 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
         if (p.HV != p.H * p.r || p.r * p.V > Lay::kMaxRV || p.V % 4 != 0) return std::nullopt;
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
-      recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>
-          <<<static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream>>>(p, tg);
-      GDN_CUDA_CHECK(cudaGetLastError());
-      return Status::Ok();
+      return Launch(static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream)(
+          recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>, p, tg);
     };
     if constexpr (kFused) {  // 4 >= W - 1 staged tokens: later tokens take no conv window tap
       if (rows <= 4 * nseq || force) return go(std::integral_constant<int, 4>{});

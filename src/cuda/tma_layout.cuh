@@ -44,6 +44,9 @@ __device__ int g_tma_launches;
 #define TMA_T0(x)
 #define TMA_ADD(acc, t0)
 #endif
+#ifndef GDN_TMA_BULK_STORE  // non-spec sequences: the final state leaves through a bulk store of the stage
+#define GDN_TMA_BULK_STORE 0
+#endif
 #ifndef GDN_TMA_PASSES_F32  // passes of 8 rows per item: item rows = 8 x passes
 #define GDN_TMA_PASSES_F32 1
 #endif
@@ -69,6 +72,19 @@ __device__ __forceinline__ void load_chunks(const T* row, int ln, float (&out)[E
 #pragma unroll
       for (int j = 0; j < kPer; ++j) out[c * CH + u * kPer + j] = to_float(e[j]);
     }
+}
+// store_chunks' mapping into shared memory (plain stores).
+template <int L, int CH, typename T, int EPL>
+__device__ __forceinline__ void store_chunks_smem(T* row, int ln, const float (&in)[EPL]) {
+  static_assert(CH * sizeof(T) == 16, "state chunks are 16-byte vectors");
+#pragma unroll
+  for (int c = 0; c < EPL / CH; ++c) {
+    uint4 w;
+    T* e = reinterpret_cast<T*>(&w);
+#pragma unroll
+    for (int j = 0; j < CH; ++j) e[j] = from_float<T>(in[c * CH + j]);
+    *reinterpret_cast<uint4*>(row + c * L * CH + ln * CH) = w;
+  }
 }
 template <int L, int CH, typename T, int EPL>
 __device__ __forceinline__ void store_chunks(T* row, int ln, const float (&in)[EPL]) {
