@@ -172,6 +172,96 @@ __device__ __forceinline__ void pool_update(const RecurrentParams& p, const Grou
   }
 }
 
+// The pipelined fused step's group conv for a sequence of at most kTok tokens (every decode and
+// verify sequence): channels [q0, q0 + K), [k0, k0 + K), [v0, v0 + rv) as chunks of 4 contiguous
+// ones, lane by lane, kB chunks at once. Each chunk's window rows, token inputs, weights and bias are
+// requested together (one round trip per kB chunks, where conv_chunk + pool_update take several),
+// then it writes the conv output of every token into buf (row t: [q | k | v], kRow elements) and
+// the chunk's pool rows from the same registers — the values, operations and order of conv_chunk
+// and pool_update. Registers hold (window ++ tokens) right-aligned: position kM - (W - 1) + s holds
+// element s, so that every register index is a constant whatever W is.
+template <typename TAct, int kTok>
+__device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const GroupMeta& g, int64_t slot0,
+                                                 int64_t base, int64_t begin, int len, bool window, int q0, int k0,
+                                                 int v0, int KP, int chunks, TAct* buf, int kRow, int lane) {
+  constexpr int CH = 4, kM = kMaxW - 1, kN = kM + kTok, kB = sizeof(TAct) == 2 ? 2 : 1;
+  using Vec = typename VecOf<CH * static_cast<int>(sizeof(TAct))>::type;
+  const int W = p.conv.W, W1 = W - 1;
+  const int64_t D = p.conv.D;
+  TAct* slot = static_cast<TAct*>(p.conv.state) + slot0 * p.conv.slot_stride;
+  const TAct* qkvz = static_cast<const TAct*>(p.src.qkvz);
+  const TAct* wt = static_cast<const TAct*>(p.conv.weight);
+  const TAct* bias = static_cast<const TAct*>(p.conv.bias);
+  int64_t xr[kTok];
+#pragma unroll
+  for (int t = 0; t < kTok; ++t)
+    xr[t] = t < len ? global_row(g, begin + t, p.src.num_actual_tokens) * p.src.qkvz_rs : 0;  // >= 0: not padding
+  const int nt = g.spec ? (len < g.cols ? len : static_cast<int>(g.cols)) : len;  // rolling: inputs kept
+  for (int cb = lane; cb < chunks; cb += 32 * kB) {
+    Vec u[kB][kN];
+    TAct w[kB][kMaxW][CH], bs[kB][CH];
+    int chs[kB];
+#pragma unroll
+    for (int b = 0; b < kB; ++b) {
+      const int cc = cb + 32 * b, c = cc * CH;
+      const bool on = cc < chunks;
+      const int ch = c < KP ? q0 + c : c < 2 * KP ? k0 + (c - KP) : v0 + (c - 2 * KP);
+      chs[b] = on ? ch : -1;
+      const int col = p.src.proj.conv_col(on ? ch : q0);
+#pragma unroll
+      for (int pos = 0; pos < kN; ++pos) {
+        const int j = pos - (kM - W1);  // window row, or token j - W1 ... as token pos - kM
+        u[b][pos] = Vec{};
+        if (pos < kM) {
+          if (on && window && j >= 0) u[b][pos] = *reinterpret_cast<const Vec*>(slot + (base + j) * D + ch);
+        } else if (on && pos - kM < len) {
+          u[b][pos] = *reinterpret_cast<const Vec*>(qkvz + xr[pos - kM] + col);
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < kMaxW; ++jj)  // weights right-aligned too: tap j at jj = j + kMaxW - W
+#pragma unroll
+        for (int e = 0; e < CH; ++e)
+          w[b][jj][e] = (on && jj >= kMaxW - W) ? wt[(ch + e) * p.conv.weight_rs + jj - (kMaxW - W)] : TAct(0.f);
+#pragma unroll
+      for (int e = 0; e < CH; ++e) bs[b][e] = (on && bias) ? bias[ch + e] : TAct(0.f);
+    }
+#pragma unroll
+    for (int b = 0; b < kB; ++b) {
+      if (chs[b] < 0) continue;
+      const int ch = chs[b], c = (cb + 32 * b) * CH;
+      const TAct(&x)[kN][CH] = *reinterpret_cast<const TAct(*)[kN][CH]>(u[b]);
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {  // y_t = act(bias + sum_j w_j (window ++ tokens)[t + j])
+        if (t >= len) break;
+#pragma unroll
+        for (int e = 0; e < CH; ++e) {
+          float y = bias ? to_float(bs[b][e]) : 0.f;
+#pragma unroll
+          for (int jj = 0; jj < kMaxW; ++jj)
+            if (jj >= kMaxW - W && t + jj < kN) y += to_float(w[b][jj][e]) * to_float(x[t + jj][e]);
+          buf[t * kRow + c + e] = from_float<TAct>(p.conv.silu ? silu(y) : y);
+        }
+      }
+      TAct* col = slot + ch;
+      if (g.spec) {  // rows 0..W-3 <- old rows base+1..base+W-2; row W-2+t <- token t, t < nt
+#pragma unroll
+        for (int pos = 0; pos < kM; ++pos)
+          if (pos - (kM - W1) >= 1) *reinterpret_cast<Vec*>(col + (pos - (kM - W1) - 1) * D) = u[b][pos];
+#pragma unroll
+        for (int t = 0; t < kTok; ++t)
+          if (t < nt) *reinterpret_cast<Vec*>(col + (W - 2 + t) * D) = u[b][kM + t];
+      } else {  // row j <- element len + j of (window ++ tokens)
+#pragma unroll
+        for (int pos = 0; pos < kN; ++pos) {
+          const int row = pos - (kM - W1) - len;
+          if (row >= 0 && row < W1) *reinterpret_cast<Vec*>(col + row * D) = u[b][pos];
+        }
+      }
+    }
+  }
+}
+
 // Every token of local range [begin, begin + len) has a row below out_rows (else: padding).
 __device__ __forceinline__ bool rows_in_buffer(const GroupMeta& g, int64_t begin, int64_t len, int64_t out_rows) {
   if (!g.token_indx.present()) return begin >= 0 && begin + len <= out_rows;

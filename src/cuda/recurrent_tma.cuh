@@ -60,6 +60,12 @@ __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaM
   const bool window = (m.flags & kTmaInit) || g.spec;
   TAct* buf = gbuf + gs * (kTok * kRow);
   const int ntok = static_cast<int>(m.len < kTok ? m.len : kTok), chunks = (2 * KP + rv) / 4;
+  if (m.len <= kTok) {  // decode and verify: one pass, loads before stores
+    group_conv_short<TAct, kTok>(p, g, m.slot0, m.base, m.begin, ntok, window, q0, k0, v0, KP, chunks, buf, kRow,
+                                 lane);
+    mbar_arrive(&gready[gs]);
+    return;
+  }
   for (int t = 0; t < ntok; ++t) {
     const ConvPos<TAct> cp = conv_pos<TAct>(p, m.slot0, m.base, window, m.begin, t);
     for (int cc = lane; cc < chunks; cc += 32) {
