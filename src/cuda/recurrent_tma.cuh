@@ -43,9 +43,53 @@ namespace gdn::cuda {
 // every consumer lane of every item arrives), then computes the conv of the group's channels for the
 // first kTok tokens into the buffer (lane: every 32nd chunk of 4 channels), and every lane arrives on
 // gready (consumers wait on it before reading); then the channels' conv pool rows.
+// The conv of a short group (<= kTok tokens): what group_conv.cuh needs from the item metadata.
+template <int KP, int kTok>
+__device__ __forceinline__ GroupConv group_conv_of(const RecurrentParams& p, const TmaMeta<kTok>& m) {
+  const GroupMeta& g = p.group[m.gi];
+  const auto& PL = p.src.proj;
+  const int h = m.hv / p.r, rv = p.r * PL.V;
+  GroupConv gc;
+  gc.q0 = h * PL.K, gc.k0 = PL.H * PL.K + h * PL.K, gc.v0 = 2 * PL.H * PL.K + h * rv;  // first conv channels
+  gc.KP = KP, gc.chunks = (2 * KP + rv) / kGcCH;
+  gc.slot0 = m.slot0, gc.base = m.base, gc.begin = m.begin;
+  gc.len = static_cast<int>(m.len < kTok ? m.len : kTok);
+  gc.nt = g.spec ? (gc.len < g.cols ? gc.len : static_cast<int>(g.cols)) : gc.len;
+  gc.window = (m.flags & kTmaInit) || g.spec;
+  return gc;
+}
+
+// Fused, the whole producer warp at a group's first item: requests the conv inputs of a short
+// group (16-bit activations, contiguous weight rows, 8-byte aligned weight and bias) into the
+// staging area; false when the group is not staged (group_prologue then reads global memory).
+template <typename TAct, int KP, int kTok>
+__device__ __noinline__ bool group_stage(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* stg, int lane) {
+  if constexpr (sizeof(TAct) != 2) {
+    return false;
+  } else {
+    const bool aligned = reinterpret_cast<uintptr_t>(p.conv.weight) % 8 == 0 &&
+                         reinterpret_cast<uintptr_t>(p.conv.bias) % 8 == 0;
+    if ((m.flags & (kTmaSkip | kTmaPad)) || m.len > kTok || p.conv.weight_rs != p.conv.W || !aligned) return false;
+    const GroupConv gc = group_conv_of<KP, kTok>(p, m);
+    int64_t xr[kTok];
+    gc_rows<kTok>(p, p.group[m.gi], gc, xr);
+    for (int cc = lane; cc < gc.chunks; cc += 32)
+      gc_stage<TAct, kTok>(p, gc, xr, gc.channel(cc * kGcCH), stg + cc * gc_stage_elems<TAct, kTok>());
+    cp_async_commit();
+    return true;
+  }
+}
+
+// Fused, the whole producer warp (GDN_TMA_GC_LEAD items into group gq; m: the group's metadata):
+// waits until every item of the group that used the buffer before is done (gdone: every consumer
+// lane of every item arrives), then computes the conv of the group's channels for the first kTok
+// tokens into the buffer and writes their conv pool rows — from the staging area (staged), from
+// global memory in one pass (short groups), or chunk by chunk (longer sequences: then the pool rows
+// after the buffer) — and every lane arrives on gready (consumers wait on it before reading).
 template <typename TAct, int KP, int kTok>
 __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
-                                            TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
+                                            TAct* gbuf, uint64_t* gdone, uint64_t* gready, const TAct* stg,
+                                            bool staged, int lane) {
   constexpr int kRow = tma_group_row(KP);
   const int gs = gq % bufs;
   mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
@@ -54,18 +98,39 @@ __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaM
     return;
   }
   const GroupMeta& g = p.group[m.gi];
+  TAct* buf = gbuf + gs * (kTok * kRow);
+  if (m.len <= kTok) {  // decode and verify: one pass, loads before stores
+    const GroupConv gc = group_conv_of<KP, kTok>(p, m);
+    if (staged) {
+      cp_async_wait_all();  // this lane's copies: the chunks it reads below
+      for (int cc = lane; cc < gc.chunks; cc += 32) {
+        GcChunk<TAct, kTok> in;
+        gc_load_staged<TAct, kTok>(p, gc, stg + cc * gc_stage_elems<TAct, kTok>(), in);
+        gc_finish<TAct, kTok>(p, g, gc, in, gc.channel(cc * kGcCH), cc * kGcCH, buf, kRow);
+      }
+    } else {
+      int64_t xr[kTok];
+      gc_rows<kTok>(p, g, gc, xr);
+      constexpr int kB = sizeof(TAct) == 2 ? 2 : 1;  // chunks requested at once
+      for (int cb = lane; cb < gc.chunks; cb += 32 * kB) {
+        GcChunk<TAct, kTok> in[kB];
+#pragma unroll
+        for (int b = 0; b < kB; ++b)
+          if (cb + 32 * b < gc.chunks) gc_load_global<TAct, kTok>(p, gc, xr, gc.channel((cb + 32 * b) * kGcCH), in[b]);
+#pragma unroll
+        for (int b = 0; b < kB; ++b)
+          if (cb + 32 * b < gc.chunks)
+            gc_finish<TAct, kTok>(p, g, gc, in[b], gc.channel((cb + 32 * b) * kGcCH), (cb + 32 * b) * kGcCH, buf, kRow);
+      }
+    }
+    mbar_arrive(&gready[gs]);
+    return;
+  }
   const auto& PL = p.src.proj;
   const int h = m.hv / p.r, rv = p.r * PL.V;
   const int q0 = h * PL.K, k0 = PL.H * PL.K + h * PL.K, v0 = 2 * PL.H * PL.K + h * rv;  // first conv channels
   const bool window = (m.flags & kTmaInit) || g.spec;
-  TAct* buf = gbuf + gs * (kTok * kRow);
-  const int ntok = static_cast<int>(m.len < kTok ? m.len : kTok), chunks = (2 * KP + rv) / 4;
-  if (m.len <= kTok) {  // decode and verify: one pass, loads before stores
-    group_conv_short<TAct, kTok>(p, g, m.slot0, m.base, m.begin, ntok, window, q0, k0, v0, KP, chunks, buf, kRow,
-                                 lane);
-    mbar_arrive(&gready[gs]);
-    return;
-  }
+  const int ntok = kTok, chunks = (2 * KP + rv) / 4;
   for (int t = 0; t < ntok; ++t) {
     const ConvPos<TAct> cp = conv_pos<TAct>(p, m.slot0, m.base, window, m.begin, t);
     for (int cc = lane; cc < chunks; cc += 32) {
@@ -103,10 +168,15 @@ __device__ __forceinline__ TmaMeta<kTok> meta_of_lane(const TmaMeta<kTok>& m, in
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, TAct* gbuf, uint64_t* gdone,
-                                            uint64_t* gready, int lane,
-                                            long long* prof) {
+                                            uint64_t* gready, TAct* stg, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   const uint64_t pol = evict_first_policy();
+  // fused: the group whose conv is pending (its first item's metadata) and whether it was staged;
+  // its conv is computed before the group's item `lead` (fewer than the stages: the first items'
+  // stages are then freed by earlier groups' items)
+  [[maybe_unused]] TmaMeta<kTok> mg{};
+  [[maybe_unused]] bool staged = false;
+  [[maybe_unused]] const int lead = kFused ? min(min(tg.group_items - 1, GDN_TMA_GC_LEAD), tg.stages - 1) : 0;
   for (int k0 = 0; k0 < nk; k0 += 32) {
     TMA_T0(t_res);
     const int k = k0 + lane;
@@ -178,17 +248,24 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 #endif
     for (int u = 0; u < nb; ++u) {
       if constexpr (kFused) {
-        const int ku = k0 + u;
-        if (ku % tg.group_items == 0) {  // a group starts: uniform over the warp
-          const TmaMeta<kTok> mu = meta_of_lane<kTok>(m, u);
-          group_prologue<TAct, KP, kTok>(p, mu, ku / tg.group_items, Lay::kGroupBufs, gbuf, gdone, gready, lane);
+        const int ku = k0 + u, w = ku % tg.group_items;  // uniform over the warp
+        TMA_T0(t_pro);
+        if (w == 0) {  // a group starts: its conv inputs requested
+          mg = meta_of_lane<kTok>(m, u);
+          staged = group_stage<TAct, KP, kTok>(p, mg, stg, lane);
+        }
+        if (w == lead) {
+          group_prologue<TAct, KP, kTok>(p, mg, ku / tg.group_items, Lay::kGroupBufs, gbuf, gdone, gready, stg,
+                                         staged, lane);
           __syncwarp();
         }
+        TMA_ADD(prof[2], t_pro);  // profile: the producer's "recur" column is its group conv
       }
       if (lane == u) {
         TMA_T0(t_wait);
         mbar_wait(&empty[st], phase ^ 1u);  // the first round passes at once
         TMA_ADD(prof[1], t_wait);
+        TMA_T0(t_iss);
         uint8_t* sb = stages + st * Lay::kStage;
         *reinterpret_cast<TmaMeta<kTok>*>(sb + Lay::kOffMeta) = m;
         mbar_arrive_tx(&full[st], bytes);
@@ -203,6 +280,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
           bulk_load(sb + Lay::kOffK + t * Lay::kQK, kk[t], Lay::kQK, &full[st]);
           bulk_load(sb + Lay::kOffV + t * Lay::kV, v[t], Lay::kV, &full[st]);
         }
+        TMA_ADD(prof[3], t_iss);  // and its "store" column the copy issue
       }
       __syncwarp();
     }
@@ -384,6 +462,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   uint64_t* gdone = empty + Lay::kMaxStages;  // fused: group buffers' barriers (free / written)
   uint64_t* gready = gdone + Lay::kGroupBufs;
   TAct* gbuf = reinterpret_cast<TAct*>(tma_smem + Lay::kBarBytes);
+  TAct* stg = reinterpret_cast<TAct*>(tma_smem + Lay::kOffStg);
   uint8_t* stages = tma_smem + Lay::kHead;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -415,7 +494,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
   if (warp == Lay::kConsumers)
-    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane, prof);
+    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, stg, lane, prof);
   else
     tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
 #if GDN_TMA_PROFILE

@@ -3,6 +3,7 @@
 // step's group buffers, the metadata the producer hands to a consumer, and the consumers' chunked
 // row loads and stores.
 #pragma once
+#include "cuda/group_conv.cuh"
 #include "cuda/rec_common.cuh"
 
 namespace gdn::cuda {
@@ -46,6 +47,12 @@ __device__ int g_tma_launches;
 #endif
 #ifndef GDN_TMA_BULK_STORE  // non-spec sequences: the final state leaves through a bulk store of the stage
 #define GDN_TMA_BULK_STORE 0
+#endif
+#ifndef GDN_TMA_GROUP_BUFS  // fused: group buffers in the ring
+#define GDN_TMA_GROUP_BUFS 2
+#endif
+#ifndef GDN_TMA_GC_LEAD  // fused: items of a group issued before its conv is computed (its inputs in flight)
+#define GDN_TMA_GC_LEAD 8
 #endif
 #ifndef GDN_TMA_PASSES_F32  // passes of 8 rows per item: item rows = 8 x passes
 #define GDN_TMA_PASSES_F32 1
@@ -157,10 +164,15 @@ struct TmaLayout {
   // fused: group buffers (q, k conv outputs of kTok tokens, float32) and their barriers
   static constexpr int kMaxRV = kTmaMaxRV;
   static constexpr int kGroupRow = tma_group_row(KP);
-  static constexpr int kGroupBufs = kFused ? 4 : 0, kGroupElems = kTok * kGroupRow;
+  static constexpr int kGroupBufs = kFused ? GDN_TMA_GROUP_BUFS : 0, kGroupElems = kTok * kGroupRow;
   static constexpr int kBarBytes = round_up((2 * kMaxStages + 2 * kGroupBufs) * 8, 16);
+  // fused, 16-bit activations: the staging area of the next group's conv inputs (group_conv.cuh),
+  // kStgElems activations per chunk of 4 channels
+  static constexpr bool kStaging = kFused && sizeof(TAct) == 2;
+  static constexpr int kStgElems = kStaging ? gc_stage_elems<TAct, kTok>() : 0;
+  static constexpr int kOffStg = kBarBytes + round_up(kGroupBufs * kGroupElems * static_cast<int>(sizeof(TAct)), 16);
   static constexpr int kHead =  // bytes before the stages
-      kBarBytes + round_up(kGroupBufs * kGroupElems * static_cast<int>(sizeof(TAct)), 16);
+      kOffStg + round_up((2 * KP + kMaxRV) / kGcCH * kStgElems * static_cast<int>(sizeof(TAct)), 16);
   static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
 };
 
