@@ -89,10 +89,13 @@ __device__ __noinline__ bool group_stage(const RecurrentParams& p, const TmaMeta
 template <typename TAct, int KP, int kTok>
 __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
                                             TAct* gbuf, uint64_t* gdone, uint64_t* gready, const TAct* stg,
-                                            bool staged, int lane) {
+                                            bool staged, int lane, long long* prof) {
   constexpr int kRow = tma_group_row(KP);
   const int gs = gq % bufs;
+  TMA_T0(t_gd);
   mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
+  TMA_ADD(prof[4], t_gd);
+  (void)prof;
   if (m.flags & (kTmaSkip | kTmaPad)) {
     mbar_arrive(&gready[gs]);
     return;
@@ -102,12 +105,16 @@ __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaM
   if (m.len <= kTok) {  // decode and verify: one pass, loads before stores
     const GroupConv gc = group_conv_of<KP, kTok>(p, m);
     if (staged) {
+      TMA_T0(t_sw);
       cp_async_wait_all();  // this lane's copies: the chunks it reads below
+      TMA_ADD(prof[5], t_sw);
+      TMA_T0(t_cv);
       for (int cc = lane; cc < gc.chunks; cc += 32) {
         GcChunk<TAct, kTok> in;
         gc_load_staged<TAct, kTok>(p, gc, stg + cc * gc_stage_elems<TAct, kTok>(), in);
         gc_finish<TAct, kTok>(p, g, gc, in, gc.channel(cc * kGcCH), cc * kGcCH, buf, kRow);
       }
+      TMA_ADD(prof[6], t_cv);
     } else {
       int64_t xr[kTok];
       gc_rows<kTok>(p, g, gc, xr);
@@ -256,7 +263,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
         }
         if (w == lead) {
           group_prologue<TAct, KP, kTok>(p, mg, ku / tg.group_items, Lay::kGroupBufs, gbuf, gdone, gready, stg,
-                                         staged, lane);
+                                         staged, lane, prof);
           __syncwarp();
         }
         TMA_ADD(prof[2], t_pro);  // profile: the producer's "recur" column is its group conv
@@ -476,7 +483,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  long long prof[4] = {0, 0, 0, 0};  // profile: resolve (producer) / conv, pool, z (consumers), barrier waits,
+  long long prof[7] = {0, 0, 0, 0, 0, 0, 0};  // profile: resolve (producer) / conv, pool, z (consumers), barrier waits,
                                      // recurrence, stores
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
@@ -499,8 +506,9 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))
-    printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld\n", nk, warp,
-           lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3]);
+    printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld"
+           " [gdone %lld staged-wait %lld conv %lld]\n",
+           nk, warp, lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3], prof[4], prof[5], prof[6]);
 #else
   (void)prof;
 #endif
