@@ -60,22 +60,16 @@ __device__ __forceinline__ GroupConv group_conv_of(const RecurrentParams& p, con
 }
 
 // Fused, the whole producer warp at a group's first item: requests the conv inputs of a short
-// group (16-bit activations, contiguous weight rows, 8-byte aligned weight and bias) into the
-// staging area; false when the group is not staged (group_prologue then reads global memory).
+// group (16-bit activations, gc_bulk_ok) into the staging area by bulk copies completing on
+// stg_bar; false when the group is not staged (group_prologue then reads global memory).
 template <typename TAct, int KP, int kTok>
-__device__ __noinline__ bool group_stage(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* stg, int lane) {
-  if constexpr (sizeof(TAct) != 2) {
+__device__ __noinline__ bool group_stage(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* stg,
+                                         uint64_t* stg_bar, int lane) {
+  if constexpr (!TmaLayout<TAct, float, KP, kTok, true>::kStaging) {
     return false;
   } else {
-    const bool aligned = reinterpret_cast<uintptr_t>(p.conv.weight) % 8 == 0 &&
-                         reinterpret_cast<uintptr_t>(p.conv.bias) % 8 == 0;
-    if ((m.flags & (kTmaSkip | kTmaPad)) || m.len > kTok || p.conv.weight_rs != p.conv.W || !aligned) return false;
-    const GroupConv gc = group_conv_of<KP, kTok>(p, m);
-    int64_t xr[kTok];
-    gc_rows<kTok>(p, p.group[m.gi], gc, xr);
-    for (int cc = lane; cc < gc.chunks; cc += 32)
-      gc_stage<TAct, kTok>(p, gc, xr, gc.channel(cc * kGcCH), stg + cc * gc_stage_elems<TAct, kTok>());
-    cp_async_commit();
+    if ((m.flags & (kTmaSkip | kTmaPad)) || m.len > kTok || !gc_bulk_ok<TAct>(p)) return false;
+    gc_stage_bulk<TAct, KP, kTok>(p, p.group[m.gi], group_conv_of<KP, kTok>(p, m), stg, stg_bar, lane);
     return true;
   }
 }
@@ -88,8 +82,9 @@ __device__ __noinline__ bool group_stage(const RecurrentParams& p, const TmaMeta
 // after the buffer) — and every lane arrives on gready (consumers wait on it before reading).
 template <typename TAct, int KP, int kTok>
 __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
-                                            TAct* gbuf, uint64_t* gdone, uint64_t* gready, const TAct* stg,
-                                            bool staged, int lane, long long* prof) {
+                                            TAct* gbuf, uint64_t* gdone, uint64_t* gready, TAct* stg,
+                                            uint64_t* stg_bar, uint32_t stg_phase, bool staged, int lane,
+                                            long long* prof) {
   constexpr int kRow = tma_group_row(KP);
   const int gs = gq % bufs;
   TMA_T0(t_gd);
@@ -106,15 +101,24 @@ __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaM
     const GroupConv gc = group_conv_of<KP, kTok>(p, m);
     if (staged) {
       TMA_T0(t_sw);
-      cp_async_wait_all();  // this lane's copies: the chunks it reads below
+      mbar_wait(stg_bar, stg_phase);  // the inputs are in the staging area
+      bulk_store_wait_read();         // and this lane's bulk stores of the last group have read its out rows
+      __syncwarp();
       TMA_ADD(prof[5], t_sw);
       TMA_T0(t_cv);
+      using S = GcStage<KP, kTok>;
       for (int cc = lane; cc < gc.chunks; cc += 32) {
+        const int c = cc * kGcCH;
         GcChunk<TAct, kTok> in;
-        gc_load_staged<TAct, kTok>(p, gc, stg + cc * gc_stage_elems<TAct, kTok>(), in);
-        gc_finish<TAct, kTok>(p, g, gc, in, gc.channel(cc * kGcCH), cc * kGcCH, buf, kRow);
+        gc_load_staged<TAct, KP, kTok>(p, gc, stg, c, in);
+        gc_finish<TAct, kTok>(p, g, gc, in, c, buf, kRow, [&](int row, const typename GcChunk<TAct, kTok>::Vec& v) {
+          *reinterpret_cast<typename GcChunk<TAct, kTok>::Vec*>(stg + S::kO + row * S::kC + c) = v;
+        });
       }
+      gc_store_bulk<TAct, KP, kTok>(p, g, gc, stg, lane);
       TMA_ADD(prof[6], t_cv);
+      mbar_arrive(&gready[gs]);
+      return;
     } else {
       int64_t xr[kTok];
       gc_rows<kTok>(p, g, gc, xr);
@@ -125,9 +129,15 @@ __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaM
         for (int b = 0; b < kB; ++b)
           if (cb + 32 * b < gc.chunks) gc_load_global<TAct, kTok>(p, gc, xr, gc.channel((cb + 32 * b) * kGcCH), in[b]);
 #pragma unroll
-        for (int b = 0; b < kB; ++b)
-          if (cb + 32 * b < gc.chunks)
-            gc_finish<TAct, kTok>(p, g, gc, in[b], gc.channel((cb + 32 * b) * kGcCH), (cb + 32 * b) * kGcCH, buf, kRow);
+        for (int b = 0; b < kB; ++b) {
+          if (cb + 32 * b >= gc.chunks) continue;
+          TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride +
+                      gc.channel((cb + 32 * b) * kGcCH);
+          gc_finish<TAct, kTok>(p, g, gc, in[b], (cb + 32 * b) * kGcCH, buf, kRow,
+                                [&](int row, const typename GcChunk<TAct, kTok>::Vec& v) {
+                                  *reinterpret_cast<typename GcChunk<TAct, kTok>::Vec*>(col + row * p.conv.D) = v;
+                                });
+        }
       }
     }
     mbar_arrive(&gready[gs]);
@@ -175,7 +185,8 @@ __device__ __forceinline__ TmaMeta<kTok> meta_of_lane(const TmaMeta<kTok>& m, in
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, TAct* gbuf, uint64_t* gdone,
-                                            uint64_t* gready, TAct* stg, int lane, long long* prof) {
+                                            uint64_t* gready, TAct* stg, uint64_t* stg_bar, int lane,
+                                            long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   const uint64_t pol = evict_first_policy();
   // fused: the group whose conv is pending (its first item's metadata) and whether it was staged;
@@ -183,6 +194,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
   // stages are then freed by earlier groups' items)
   [[maybe_unused]] TmaMeta<kTok> mg{};
   [[maybe_unused]] bool staged = false;
+  [[maybe_unused]] uint32_t nstaged = 0;  // groups staged so far: the staging barrier's phase
   [[maybe_unused]] const int lead = kFused ? min(min(tg.group_items - 1, GDN_TMA_GC_LEAD), tg.stages - 1) : 0;
   for (int k0 = 0; k0 < nk; k0 += 32) {
     TMA_T0(t_res);
@@ -259,11 +271,12 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
         TMA_T0(t_pro);
         if (w == 0) {  // a group starts: its conv inputs requested
           mg = meta_of_lane<kTok>(m, u);
-          staged = group_stage<TAct, KP, kTok>(p, mg, stg, lane);
+          staged = group_stage<TAct, KP, kTok>(p, mg, stg, stg_bar, lane);
+          nstaged += staged ? 1u : 0u;
         }
         if (w == lead) {
           group_prologue<TAct, KP, kTok>(p, mg, ku / tg.group_items, Lay::kGroupBufs, gbuf, gdone, gready, stg,
-                                         staged, lane, prof);
+                                         stg_bar, (nstaged - 1u) & 1u, staged, lane, prof);
           __syncwarp();
         }
         TMA_ADD(prof[2], t_pro);  // profile: the producer's "recur" column is its group conv
@@ -292,6 +305,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
       __syncwarp();
     }
   }
+  if constexpr (kFused) bulk_store_wait();  // the staging area's pool rows have left before the block ends
 }
 
 // A consumer warp: its items (the block's items warp, warp + kConsumers, ...), every token of each,
@@ -470,6 +484,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   uint64_t* gready = gdone + Lay::kGroupBufs;
   TAct* gbuf = reinterpret_cast<TAct*>(tma_smem + Lay::kBarBytes);
   TAct* stg = reinterpret_cast<TAct*>(tma_smem + Lay::kOffStg);
+  uint64_t* stg_bar = gready + Lay::kGroupBufs;  // fused: the staging area's inputs have arrived
   uint8_t* stages = tma_smem + Lay::kHead;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -481,6 +496,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
       mbar_init(&gdone[s], 32 * tg.group_items);  // every consumer lane of every item of the group
       mbar_init(&gready[s], 32);                  // every producer lane
     }
+    mbar_init(stg_bar, 1);  // lane 0's arrive (plus the copies' bytes)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   long long prof[7] = {0, 0, 0, 0, 0, 0, 0};  // profile: resolve (producer) / conv, pool, z (consumers), barrier waits,
@@ -501,7 +517,8 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
   if (warp == Lay::kConsumers)
-    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, stg, lane, prof);
+    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, stg, stg_bar, lane,
+                                            prof);
   else
     tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
 #if GDN_TMA_PROFILE

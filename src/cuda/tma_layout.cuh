@@ -141,7 +141,7 @@ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 // Fused: a group buffer's token row is [q | k | v of the key head's r value heads], r V at most
 // kTmaMaxRV (host).
-constexpr int kTmaMaxRV = 512;
+constexpr int kTmaMaxRV = kGcMaxRV;
 constexpr int tma_group_row(int KP) { return 2 * KP + kTmaMaxRV; }
 
 template <typename TAct, typename TS, int KP, int kTok, bool kFused = false>
@@ -165,14 +165,14 @@ struct TmaLayout {
   static constexpr int kMaxRV = kTmaMaxRV;
   static constexpr int kGroupRow = tma_group_row(KP);
   static constexpr int kGroupBufs = kFused ? GDN_TMA_GROUP_BUFS : 0, kGroupElems = kTok * kGroupRow;
-  static constexpr int kBarBytes = round_up((2 * kMaxStages + 2 * kGroupBufs) * 8, 16);
-  // fused, 16-bit activations: the staging area of the next group's conv inputs (group_conv.cuh),
-  // kStgElems activations per chunk of 4 channels
+  // barriers: full and empty per stage, gdone and gready per group buffer, the staging area's
+  static constexpr int kBarBytes = round_up((2 * kMaxStages + 2 * kGroupBufs + 1) * 8, 16);
+  // fused, 16-bit activations: the staging area of a group's conv inputs and new pool rows
+  // (group_conv.cuh)
   static constexpr bool kStaging = kFused && sizeof(TAct) == 2;
-  static constexpr int kStgElems = kStaging ? gc_stage_elems<TAct, kTok>() : 0;
   static constexpr int kOffStg = kBarBytes + round_up(kGroupBufs * kGroupElems * static_cast<int>(sizeof(TAct)), 16);
   static constexpr int kHead =  // bytes before the stages
-      kOffStg + round_up((2 * KP + kMaxRV) / kGcCH * kStgElems * static_cast<int>(sizeof(TAct)), 16);
+      kOffStg + (kStaging ? round_up(GcStage<KP, kTok>::kElems * static_cast<int>(sizeof(TAct)), 16) : 0);
   static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
 };
 
