@@ -265,6 +265,37 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
     for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (tile != nullptr), u);
     TMA_ADD(prof[0], t_res);
 #endif
+    // Issues this lane's item: waits for its stage, writes the metadata there, posts the bytes and
+    // starts the copies.
+    auto issue = [&]() {
+      TMA_T0(t_wait);
+      mbar_wait(&empty[st], phase ^ 1u);  // the first round passes at once
+      TMA_ADD(prof[1], t_wait);
+      TMA_T0(t_iss);
+      uint8_t* sb = stages + st * Lay::kStage;
+      *reinterpret_cast<TmaMeta<kTok>*>(sb + Lay::kOffMeta) = m;
+      mbar_arrive_tx(&full[st], bytes);
+      if (tile) {
+        if constexpr (GDN_TMA_EVICT) bulk_load_hint(sb, tile, Lay::kTile, &full[st], pol);
+        else bulk_load(sb, tile, Lay::kTile, &full[st]);
+      }
+#pragma unroll
+      for (int t = 0; t < Lay::kStaged; ++t) {
+        if (t >= ntok) break;
+        bulk_load(sb + Lay::kOffQ + t * Lay::kQK, q[t], Lay::kQK, &full[st]);
+        bulk_load(sb + Lay::kOffK + t * Lay::kQK, kk[t], Lay::kQK, &full[st]);
+        bulk_load(sb + Lay::kOffV + t * Lay::kV, v[t], Lay::kV, &full[st]);
+      }
+      TMA_ADD(prof[3], t_iss);  // profile: the producer's "store" column is the copy issue
+    };
+    if constexpr (!kFused && GDN_TMA_PAR_ISSUE) {
+      // every lane its own item at once, in rounds of distinct stages
+      for (int r0 = 0; r0 < nb; r0 += tg.stages) {
+        if (lane >= r0 && lane < r0 + tg.stages && lane < nb) issue();
+        __syncwarp();
+      }
+      continue;
+    }
     for (int u = 0; u < nb; ++u) {
       if constexpr (kFused) {
         const int ku = k0 + u, w = ku % tg.group_items;  // uniform over the warp
@@ -281,27 +312,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
         }
         TMA_ADD(prof[2], t_pro);  // profile: the producer's "recur" column is its group conv
       }
-      if (lane == u) {
-        TMA_T0(t_wait);
-        mbar_wait(&empty[st], phase ^ 1u);  // the first round passes at once
-        TMA_ADD(prof[1], t_wait);
-        TMA_T0(t_iss);
-        uint8_t* sb = stages + st * Lay::kStage;
-        *reinterpret_cast<TmaMeta<kTok>*>(sb + Lay::kOffMeta) = m;
-        mbar_arrive_tx(&full[st], bytes);
-        if (tile) {
-          if constexpr (GDN_TMA_EVICT) bulk_load_hint(sb, tile, Lay::kTile, &full[st], pol);
-          else bulk_load(sb, tile, Lay::kTile, &full[st]);
-        }
-#pragma unroll
-        for (int t = 0; t < Lay::kStaged; ++t) {
-          if (t >= ntok) break;
-          bulk_load(sb + Lay::kOffQ + t * Lay::kQK, q[t], Lay::kQK, &full[st]);
-          bulk_load(sb + Lay::kOffK + t * Lay::kQK, kk[t], Lay::kQK, &full[st]);
-          bulk_load(sb + Lay::kOffV + t * Lay::kV, v[t], Lay::kV, &full[st]);
-        }
-        TMA_ADD(prof[3], t_iss);  // and its "store" column the copy issue
-      }
+      if (lane == u) issue();
       __syncwarp();
     }
   }

@@ -48,6 +48,9 @@ __device__ int g_tma_launches;
 #ifndef GDN_TMA_BULK_STORE  // non-spec sequences: the final state leaves through a bulk store of the stage
 #define GDN_TMA_BULK_STORE 0
 #endif
+#ifndef GDN_TMA_PAR_ISSUE  // the producer's lanes issue their items at once (else one lane after another)
+#define GDN_TMA_PAR_ISSUE 0
+#endif
 #ifndef GDN_TMA_GROUP_BUFS  // fused: group buffers in the ring
 #define GDN_TMA_GROUP_BUFS 2
 #endif
