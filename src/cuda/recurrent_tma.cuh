@@ -59,31 +59,16 @@ __device__ __forceinline__ GroupConv group_conv_of(const RecurrentParams& p, con
   return gc;
 }
 
-// Fused, the whole producer warp at a group's first item: requests the conv inputs of a short
-// group (16-bit activations, gc_bulk_ok) into the staging area by bulk copies completing on
-// stg_bar; false when the group is not staged (group_prologue then reads global memory).
-template <typename TAct, int KP, int kTok>
-__device__ __noinline__ bool group_stage(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* stg,
-                                         uint64_t* stg_bar, int lane) {
-  if constexpr (!TmaLayout<TAct, float, KP, kTok, true>::kStaging) {
-    return false;
-  } else {
-    if ((m.flags & (kTmaSkip | kTmaPad)) || m.len > kTok || !gc_bulk_ok<TAct>(p)) return false;
-    gc_stage_bulk<TAct, KP, kTok>(p, p.group[m.gi], group_conv_of<KP, kTok>(p, m), stg, stg_bar, lane);
-    return true;
-  }
-}
-
-// Fused, the whole producer warp (GDN_TMA_GC_LEAD items into group gq; m: the group's metadata):
-// waits until every item of the group that used the buffer before is done (gdone: every consumer
-// lane of every item arrives), then computes the conv of the group's channels for the first kTok
-// tokens into the buffer and writes their conv pool rows — from the staging area (staged), from
-// global memory in one pass (short groups), or chunk by chunk (longer sequences: then the pool rows
-// after the buffer) — and every lane arrives on gready (consumers wait on it before reading).
+// Fused, the whole producer warp before group gq's first item (m: that item's metadata, the same for
+// the whole group): waits until every item of the group that used the buffer before is done (gdone:
+// every consumer lane of every item arrives), then computes the conv of the group's channels for the
+// first kTok tokens into the buffer and writes their conv pool rows — in one pass for a short
+// sequence (group_conv.cuh: every input of a lane's chunk batch requested at once), else chunk by
+// chunk and the pool rows after the buffer — and every lane arrives on gready (consumers wait on it
+// before reading).
 template <typename TAct, int KP, int kTok>
 __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
-                                            TAct* gbuf, uint64_t* gdone, uint64_t* gready, TAct* stg,
-                                            uint64_t* stg_bar, uint32_t stg_phase, bool staged, int lane,
+                                            TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane,
                                             long long* prof) {
   constexpr int kRow = tma_group_row(KP);
   const int gs = gq % bufs;
@@ -98,48 +83,26 @@ __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaM
   const GroupMeta& g = p.group[m.gi];
   TAct* buf = gbuf + gs * (kTok * kRow);
   if (m.len <= kTok) {  // decode and verify: one pass, loads before stores
+    TMA_T0(t_cv);
     const GroupConv gc = group_conv_of<KP, kTok>(p, m);
-    if (staged) {
-      TMA_T0(t_sw);
-      mbar_wait(stg_bar, stg_phase);  // the inputs are in the staging area
-      bulk_store_wait_read();         // and this lane's bulk stores of the last group have read its out rows
-      __syncwarp();
-      TMA_ADD(prof[5], t_sw);
-      TMA_T0(t_cv);
-      using S = GcStage<KP, kTok>;
-      for (int cc = lane; cc < gc.chunks; cc += 32) {
-        const int c = cc * kGcCH;
-        GcChunk<TAct, kTok> in;
-        gc_load_staged<TAct, KP, kTok>(p, gc, stg, c, in);
-        gc_finish<TAct, kTok>(p, g, gc, in, c, buf, kRow, [&](int row, const typename GcChunk<TAct, kTok>::Vec& v) {
-          *reinterpret_cast<typename GcChunk<TAct, kTok>::Vec*>(stg + S::kO + row * S::kC + c) = v;
-        });
-      }
-      gc_store_bulk<TAct, KP, kTok>(p, g, gc, stg, lane);
-      TMA_ADD(prof[6], t_cv);
-      mbar_arrive(&gready[gs]);
-      return;
-    } else {
-      int64_t xr[kTok];
-      gc_rows<kTok>(p, g, gc, xr);
-      constexpr int kB = sizeof(TAct) == 2 ? 2 : 1;  // chunks requested at once
-      for (int cb = lane; cb < gc.chunks; cb += 32 * kB) {
-        GcChunk<TAct, kTok> in[kB];
+    int64_t xr[kTok];
+    gc_rows<kTok>(p, g, gc, xr);
+    constexpr int kB = sizeof(TAct) == 2 ? 2 : 1;  // chunks requested at once
+    for (int cb = lane; cb < gc.chunks; cb += 32 * kB) {
+      GcChunk<TAct, kTok> in[kB];
 #pragma unroll
-        for (int b = 0; b < kB; ++b)
-          if (cb + 32 * b < gc.chunks) gc_load_global<TAct, kTok>(p, gc, xr, gc.channel((cb + 32 * b) * kGcCH), in[b]);
+      for (int b = 0; b < kB; ++b)
+        if (cb + 32 * b < gc.chunks) gc_load_global<TAct, kTok>(p, gc, xr, gc.channel((cb + 32 * b) * kGcCH), in[b]);
 #pragma unroll
-        for (int b = 0; b < kB; ++b) {
-          if (cb + 32 * b >= gc.chunks) continue;
-          TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride +
-                      gc.channel((cb + 32 * b) * kGcCH);
-          gc_finish<TAct, kTok>(p, g, gc, in[b], (cb + 32 * b) * kGcCH, buf, kRow,
-                                [&](int row, const typename GcChunk<TAct, kTok>::Vec& v) {
-                                  *reinterpret_cast<typename GcChunk<TAct, kTok>::Vec*>(col + row * p.conv.D) = v;
-                                });
-        }
+      for (int b = 0; b < kB; ++b) {
+        if (cb + 32 * b >= gc.chunks) continue;
+        using Vec = typename GcChunk<TAct, kTok>::Vec;
+        TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel((cb + 32 * b) * kGcCH);
+        gc_finish<TAct, kTok>(p, g, gc, in[b], (cb + 32 * b) * kGcCH, buf, kRow,
+                              [&](int row, const Vec& v) { *reinterpret_cast<Vec*>(col + row * p.conv.D) = v; });
       }
     }
+    TMA_ADD(prof[5], t_cv);
     mbar_arrive(&gready[gs]);
     return;
   }
@@ -185,17 +148,9 @@ __device__ __forceinline__ TmaMeta<kTok> meta_of_lane(const TmaMeta<kTok>& m, in
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, TAct* gbuf, uint64_t* gdone,
-                                            uint64_t* gready, TAct* stg, uint64_t* stg_bar, int lane,
-                                            long long* prof) {
+                                            uint64_t* gready, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   const uint64_t pol = evict_first_policy();
-  // fused: the group whose conv is pending (its first item's metadata) and whether it was staged;
-  // its conv is computed before the group's item `lead` (fewer than the stages: the first items'
-  // stages are then freed by earlier groups' items)
-  [[maybe_unused]] TmaMeta<kTok> mg{};
-  [[maybe_unused]] bool staged = false;
-  [[maybe_unused]] uint32_t nstaged = 0;  // groups staged so far: the staging barrier's phase
-  [[maybe_unused]] const int lead = kFused ? min(min(tg.group_items - 1, GDN_TMA_GC_LEAD), tg.stages - 1) : 0;
   for (int k0 = 0; k0 < nk; k0 += 32) {
     TMA_T0(t_res);
     const int k = k0 + lane;
@@ -288,26 +243,13 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
       }
       TMA_ADD(prof[3], t_iss);  // profile: the producer's "store" column is the copy issue
     };
-    if constexpr (!kFused && GDN_TMA_PAR_ISSUE) {
-      // every lane its own item at once, in rounds of distinct stages
-      for (int r0 = 0; r0 < nb; r0 += tg.stages) {
-        if (lane >= r0 && lane < r0 + tg.stages && lane < nb) issue();
-        __syncwarp();
-      }
-      continue;
-    }
     for (int u = 0; u < nb; ++u) {
       if constexpr (kFused) {
-        const int ku = k0 + u, w = ku % tg.group_items;  // uniform over the warp
+        const int ku = k0 + u;
         TMA_T0(t_pro);
-        if (w == 0) {  // a group starts: its conv inputs requested
-          mg = meta_of_lane<kTok>(m, u);
-          staged = group_stage<TAct, KP, kTok>(p, mg, stg, stg_bar, lane);
-          nstaged += staged ? 1u : 0u;
-        }
-        if (w == lead) {
-          group_prologue<TAct, KP, kTok>(p, mg, ku / tg.group_items, Lay::kGroupBufs, gbuf, gdone, gready, stg,
-                                         stg_bar, (nstaged - 1u) & 1u, staged, lane, prof);
+        if (ku % tg.group_items == 0) {  // a group starts: uniform over the warp
+          const TmaMeta<kTok> mg = meta_of_lane<kTok>(m, u);
+          group_prologue<TAct, KP, kTok>(p, mg, ku / tg.group_items, Lay::kGroupBufs, gbuf, gdone, gready, lane, prof);
           __syncwarp();
         }
         TMA_ADD(prof[2], t_pro);  // profile: the producer's "recur" column is its group conv
@@ -316,7 +258,6 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
       __syncwarp();
     }
   }
-  if constexpr (kFused) bulk_store_wait();  // the staging area's pool rows have left before the block ends
 }
 
 // A consumer warp: its items (the block's items warp, warp + kConsumers, ...), every token of each,
@@ -351,11 +292,12 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     auto state_row = [&](int64_t slot, int vi) {
       return static_cast<TS*>(p.state) + slot * p.state_slot_stride + (static_cast<int64_t>(hv) * p.V + vi) * KP;
     };
-    // The pass's rows of a state into `slot` (warp-uniform call): straight from the lanes, or
-    // (GDN_TMA_BULK_STORE) through the stage's tile, which the pass no longer reads, by one bulk
-    // store of its contiguous kPassRows rows (dense state).
-    auto put_state = [&](int64_t slot, int ps, int lr0, int row0, const float(&s)[R][EPL]) {
-      if constexpr (GDN_TMA_BULK_STORE) {
+    // The pass's rows of a state into `slot` (warp-uniform call; tok: a verify token's state, else
+    // the final one): straight from the lanes, or (GDN_TMA_BULK_STORE) through the stage's tile,
+    // which the pass no longer reads, by one bulk store of its contiguous kPassRows rows.
+    auto put_state = [&](int64_t slot, int ps, int lr0, int row0, const float(&s)[R][EPL], bool tok) {
+      constexpr bool kBulkTok = GDN_TMA_BULK_STORE == 1 || (GDN_TMA_BULK_STORE == 2 && sizeof(TS) == 4);
+      if (GDN_TMA_BULK_STORE == 1 || (kBulkTok && tok)) {
         TS* tile = reinterpret_cast<TS*>(const_cast<uint8_t*>(sb));
 #pragma unroll
         for (int j = 0; j < R; ++j) store_chunks_smem<L, CH>(tile + (lr0 + j * G) * KP, ln, s[j]);
@@ -374,7 +316,8 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     };
     // fused: the group buffer's token tt, and where local token t's conv taps are
     auto gbuf_tok = [&](int tt) {
-      return gbuf + ((k / tg.group_items) % Lay::kGroupBufs) * Lay::kGroupElems + tt * Lay::kGroupRow;
+      if constexpr (kFused) return gbuf + ((k / tg.group_items) % Lay::kGroupBufs) * Lay::kGroupElems + tt * Lay::kGroupRow;
+      else return gbuf;
     };
     auto cpos = [&](int64_t t) {
       return conv_pos<TAct>(p, m.slot0, m.base, (flags & kTmaInit) || g.spec, tr.begin, t);
@@ -465,11 +408,11 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
             static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] =
                 from_float<TAct>(mine);
           const int64_t slot = t < ntok ? m.col_slot[t] : verify_slot(p, g, m.i, t);  // -1: none
-          if (slot >= 0) put_state(slot, ps, lr0, row0, s);
+          if (slot >= 0) put_state(slot, ps, lr0, row0, s, true);
           TMA_ADD(prof[3], t_s);
         }
         TMA_T0(t_f);
-        if (!g.spec) put_state(m.slot0, ps, lr0, row0, s);
+        if (!g.spec) put_state(m.slot0, ps, lr0, row0, s, false);
         TMA_ADD(prof[3], t_f);
       }
     }
@@ -478,7 +421,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     st += Lay::kConsumers;
     if (st >= tg.stages) st -= tg.stages, phase ^= 1u;
   }
-  if constexpr (GDN_TMA_BULK_STORE)
+  if constexpr (GDN_TMA_BULK_STORE != 0)
     if (lane == 0) bulk_store_wait();
 }
 
@@ -494,8 +437,6 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   uint64_t* gdone = empty + Lay::kMaxStages;  // fused: group buffers' barriers (free / written)
   uint64_t* gready = gdone + Lay::kGroupBufs;
   TAct* gbuf = reinterpret_cast<TAct*>(tma_smem + Lay::kBarBytes);
-  TAct* stg = reinterpret_cast<TAct*>(tma_smem + Lay::kOffStg);
-  uint64_t* stg_bar = gready + Lay::kGroupBufs;  // fused: the staging area's inputs have arrived
   uint8_t* stages = tma_smem + Lay::kHead;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -507,10 +448,9 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
       mbar_init(&gdone[s], 32 * tg.group_items);  // every consumer lane of every item of the group
       mbar_init(&gready[s], 32);                  // every producer lane
     }
-    mbar_init(stg_bar, 1);  // lane 0's arrive (plus the copies' bytes)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  long long prof[7] = {0, 0, 0, 0, 0, 0, 0};  // profile: resolve (producer) / conv, pool, z (consumers), barrier waits,
+  long long prof[6] = {0, 0, 0, 0, 0, 0};  // profile: resolve (producer) / conv, pool, z (consumers), barrier waits,
                                      // recurrence, stores
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
@@ -528,15 +468,14 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
   if (warp == Lay::kConsumers)
-    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, stg, stg_bar, lane,
-                                            prof);
+    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane, prof);
   else
     tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))
     printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld"
-           " [gdone %lld staged-wait %lld conv %lld]\n",
-           nk, warp, lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3], prof[4], prof[5], prof[6]);
+           " [gdone %lld conv %lld]\n",
+           nk, warp, lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3], prof[4], prof[5]);
 #else
   (void)prof;
 #endif

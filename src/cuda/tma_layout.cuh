@@ -45,17 +45,14 @@ __device__ int g_tma_launches;
 #define TMA_T0(x)
 #define TMA_ADD(acc, t0)
 #endif
-#ifndef GDN_TMA_BULK_STORE  // non-spec sequences: the final state leaves through a bulk store of the stage
-#define GDN_TMA_BULK_STORE 0
-#endif
-#ifndef GDN_TMA_PAR_ISSUE  // the producer's lanes issue their items at once (else one lane after another)
-#define GDN_TMA_PAR_ISSUE 0
+// States leave through a bulk store of the stage's tile (instead of the lanes' stores): 0 never,
+// 1 always, 2 verify tokens' states of float32 state. H200 (bench/RESULTS.md step 36): float32
+// verify T = 4 N = 256 -4%, float32 decode +2%, 16-bit state slower in every case.
+#ifndef GDN_TMA_BULK_STORE
+#define GDN_TMA_BULK_STORE 2
 #endif
 #ifndef GDN_TMA_GROUP_BUFS  // fused: group buffers in the ring
-#define GDN_TMA_GROUP_BUFS 2
-#endif
-#ifndef GDN_TMA_GC_LEAD  // fused: items of a group issued before its conv is computed (its inputs in flight)
-#define GDN_TMA_GC_LEAD 8
+#define GDN_TMA_GROUP_BUFS 4
 #endif
 #ifndef GDN_TMA_PASSES_F32  // passes of 8 rows per item: item rows = 8 x passes
 #define GDN_TMA_PASSES_F32 1
@@ -168,14 +165,10 @@ struct TmaLayout {
   static constexpr int kMaxRV = kTmaMaxRV;
   static constexpr int kGroupRow = tma_group_row(KP);
   static constexpr int kGroupBufs = kFused ? GDN_TMA_GROUP_BUFS : 0, kGroupElems = kTok * kGroupRow;
-  // barriers: full and empty per stage, gdone and gready per group buffer, the staging area's
-  static constexpr int kBarBytes = round_up((2 * kMaxStages + 2 * kGroupBufs + 1) * 8, 16);
-  // fused, 16-bit activations: the staging area of a group's conv inputs and new pool rows
-  // (group_conv.cuh)
-  static constexpr bool kStaging = kFused && sizeof(TAct) == 2;
-  static constexpr int kOffStg = kBarBytes + round_up(kGroupBufs * kGroupElems * static_cast<int>(sizeof(TAct)), 16);
+  // barriers: full and empty per stage, gdone and gready per group buffer
+  static constexpr int kBarBytes = round_up((2 * kMaxStages + 2 * kGroupBufs) * 8, 16);
   static constexpr int kHead =  // bytes before the stages
-      kOffStg + (kStaging ? round_up(GcStage<KP, kTok>::kElems * static_cast<int>(sizeof(TAct)), 16) : 0);
+      kBarBytes + round_up(kGroupBufs * kGroupElems * static_cast<int>(sizeof(TAct)), 16);
   static_assert(kTile % 16 == 0 && kQK % 16 == 0 && kV % 16 == 0, "bulk copies move whole 16-byte units");
 };
 
