@@ -18,7 +18,8 @@
 // 16-byte chunks spread over the group so that every store instruction writes whole sectors), runs
 // every token of the sequence (the first token's k^, q^ and gates computed once per item; tokens past
 // kTok read straight from global memory), stores o and the states from registers, and frees the
-// stage (all 32 lanes arrive on its empty barrier). Float32 across tokens (SPEC.md §2); the same
+// stage (all 32 lanes arrive on its empty barrier); float32 verify states leave through the stage's
+// tile by bulk stores instead (GDN_TMA_BULK_STORE). Float32 across tokens (SPEC.md §2); the same
 // operations as recur_token.
 // kFused: gdn_attention's whole step (conv + gates + norms + recurrence + conv pool + z) in the same
 // pipeline. Items are then ordered (sequence, key head, value head, row tile) and a block takes
@@ -38,11 +39,6 @@
 
 namespace gdn::cuda {
 
-// Fused, the whole producer warp before group gq's first item (m: that item's metadata, the same for
-// the whole group): waits until every item of the group that used the buffer before is done (gdone:
-// every consumer lane of every item arrives), then computes the conv of the group's channels for the
-// first kTok tokens into the buffer (lane: every 32nd chunk of 4 channels), and every lane arrives on
-// gready (consumers wait on it before reading); then the channels' conv pool rows.
 // The conv of a short group (<= kTok tokens): what group_conv.cuh needs from the item metadata.
 template <int KP, int kTok>
 __device__ __forceinline__ GroupConv group_conv_of(const RecurrentParams& p, const TmaMeta<kTok>& m) {
@@ -300,7 +296,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
       if (GDN_TMA_BULK_STORE == 1 || (kBulkTok && tok)) {
         TS* tile = reinterpret_cast<TS*>(const_cast<uint8_t*>(sb));
 #pragma unroll
-        for (int j = 0; j < R; ++j) store_chunks_smem<L, CH>(tile + (lr0 + j * G) * KP, ln, s[j]);
+        for (int j = 0; j < R; ++j) store_chunks<L, CH, TS, EPL, true>(tile + (lr0 + j * G) * KP, ln, s[j]);
         fence_proxy_async();
         __syncwarp();
         if (lane == 0) {
@@ -450,8 +446,9 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  long long prof[6] = {0, 0, 0, 0, 0, 0};  // profile: resolve (producer) / conv, pool, z (consumers), barrier waits,
-                                     // recurrence, stores
+  // profile: resolve (producer) / conv, pool, z (consumers); barrier waits; recurrence (producer: group
+  // conv); stores (producer: copy issue); the group conv's gdone wait and one-pass conv
+  long long prof[6] = {0, 0, 0, 0, 0, 0};
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
   if (threadIdx.x == 0) s_launch = blockIdx.x == 0 ? atomicAdd(&g_tma_launches, 1) : -1;

@@ -80,20 +80,8 @@ __device__ __forceinline__ void load_chunks(const T* row, int ln, float (&out)[E
       for (int j = 0; j < kPer; ++j) out[c * CH + u * kPer + j] = to_float(e[j]);
     }
 }
-// store_chunks' mapping into shared memory (plain stores).
-template <int L, int CH, typename T, int EPL>
-__device__ __forceinline__ void store_chunks_smem(T* row, int ln, const float (&in)[EPL]) {
-  static_assert(CH * sizeof(T) == 16, "state chunks are 16-byte vectors");
-#pragma unroll
-  for (int c = 0; c < EPL / CH; ++c) {
-    uint4 w;
-    T* e = reinterpret_cast<T*>(&w);
-#pragma unroll
-    for (int j = 0; j < CH; ++j) e[j] = from_float<T>(in[c * CH + j]);
-    *reinterpret_cast<uint4*>(row + c * L * CH + ln * CH) = w;
-  }
-}
-template <int L, int CH, typename T, int EPL>
+// kShared: into shared memory (plain stores), else global memory with the state cache hints.
+template <int L, int CH, typename T, int EPL, bool kShared = false>
 __device__ __forceinline__ void store_chunks(T* row, int ln, const float (&in)[EPL]) {
   static_assert(CH * sizeof(T) == 16, "state chunks are 16-byte vectors");
 #pragma unroll
@@ -102,7 +90,9 @@ __device__ __forceinline__ void store_chunks(T* row, int ln, const float (&in)[E
     T* e = reinterpret_cast<T*>(&w);
 #pragma unroll
     for (int j = 0; j < CH; ++j) e[j] = from_float<T>(in[c * CH + j]);
-    st_state(reinterpret_cast<uint4*>(row + c * L * CH + ln * CH), w);
+    uint4* dst = reinterpret_cast<uint4*>(row + c * L * CH + ln * CH);
+    if constexpr (kShared) *dst = w;
+    else st_state(dst, w);
   }
 }
 
