@@ -10,6 +10,10 @@
 //     unless the pipelined sm_90 kernel is forced (another lane split of K); a captured graph holds 1 kernel node
 //     where the cluster fits (<= 8 blocks, sm_90; 16 when the card allows) and 2 when forced, for
 //     cluster sizes 4..16 and one too large for a cluster (falls back to two launches).
+//   CudaPdl.ChainedCallsSameWithAndWithoutOverlap: three gdn_attention calls chained on the same
+//     pools (each reads the states and conv windows the previous one wrote), eager and as one
+//     captured graph, one- and two-launch forms: byte-identical with programmatic dependent launch
+//     on (default) and off (GDN_CUDA_PDL=0), so no kernel reads before its predecessor is done.
 // Tolerances as in test_cuda_graph.cpp (same float32 math, other summation order: 1e-5 for float32
 // activations and state, 1e-2 when either is 16-bit; copies of input bits exact).
 #include <cstdlib>
@@ -213,6 +217,61 @@ INSTANTIATE_TEST_SUITE_P(
                       LaunchParam{DType::kFloat32, DType::kFloat32, 1, 4, 32, 100, 0},     // 4 x 4 (non-portable)
                       LaunchParam{DType::kFloat16, DType::kFloat16, 1, 8, 32, 200, 2}),    // 7 x 8: too large
     [](const ::testing::TestParamInfo<LaunchParam>& i) { return param_str(i.param); });
+
+// ---- test (e): programmatic dependent launch keeps stream order ----
+
+TEST(CudaPdl, ChainedCallsSameWithAndWithoutOverlap) {
+  GRAPH_SKIP_WITHOUT_GPU();
+  AttnProblem p = mixed_problem(9600, DType::kBFloat16, DType::kFloat32, 2, 4, 128, 128, 24);
+  SCOPED_TRACE(describe(p));
+  Buf core, z;
+  make_outputs(p, &core, &z, 0);
+  for (const char* launches : {static_cast<const char*>(nullptr), "2"}) {
+    SCOPED_TRACE(launches ? "GDN_CUDA_FUSED_LAUNCHES=2" : "default launches");
+    ScopedEnv two("GDN_CUDA_FUSED_LAUNCHES", launches);
+    AttnOut out[2][2], once;  // [pdl off, on][eager, graph]; once: a single call (pdl off, eager)
+    for (int pdl = 0; pdl < 2; ++pdl) {
+      ScopedEnv env("GDN_CUDA_PDL", pdl ? nullptr : "0");
+      for (int graph = 0; graph < 3; ++graph) {  // 2: the single call
+        if (graph == 2 && pdl) continue;
+        DeviceBufs d;
+        Stream st;
+        ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
+        ASSERT_EQ(cudaSuccess, upload_attention(d, p, core, z));
+        const GdnAttentionArgs args = device_attention_args(d, p, core, z);
+        auto chain = [&](cudaStream_t s) {
+          for (int c = 0; c < (graph == 2 ? 1 : 3); ++c) {
+            Status e = gdn::gdn_attention(args, s);
+            if (!e.ok()) return e;
+          }
+          return Status::Ok();
+        };
+        if (graph == 1) {
+          Graph g;
+          capture(st.s, g, chain);
+          ASSERT_EQ(cudaSuccess, cudaGraphLaunch(g.exec, st.s));
+        } else {
+          PROP_ASSERT_OK(chain(st.s));
+        }
+        ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
+        ASSERT_EQ(cudaSuccess, cudaGetLastError());
+        ASSERT_EQ(cudaSuccess, download_attention(d, p, core, z, graph == 2 ? &once : &out[pdl][graph]));
+      }
+    }
+    const AttnOut& ref = out[0][0];  // plain stream order, eager
+    for (int k = 1; k < 4; ++k) {
+      SCOPED_TRACE(::testing::Message() << (k / 2 ? "pdl on" : "pdl off") << (k % 2 ? ", graph" : ", eager"));
+      const AttnOut& a = out[k / 2][k % 2];
+      EXPECT_TRUE(a.core.same_bytes(ref.core)) << "core_attn_out: " << byte_diff(a.core, ref.core);
+      EXPECT_TRUE(a.z.same_bytes(ref.z)) << "z: " << byte_diff(a.z, ref.z);
+      EXPECT_TRUE(a.conv.same_bytes(ref.conv)) << "conv_state: " << byte_diff(a.conv, ref.conv);
+      EXPECT_TRUE(a.ssm.same_bytes(ref.ssm)) << "ssm_state: " << byte_diff(a.ssm, ref.ssm);
+    }
+    // Each call of the chain read what the previous one wrote: three steps differ from one.
+    EXPECT_FALSE(ref.ssm.same_bytes(once.ssm)) << "three chained steps left the ssm pool as one step does";
+    EXPECT_FALSE(ref.conv.same_bytes(once.conv)) << "three chained steps left the conv pool as one step does";
+  }
+}
 
 }  // namespace
 }  // namespace gdn::prop
