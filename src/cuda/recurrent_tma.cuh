@@ -78,9 +78,9 @@ __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaM
   }
   const GroupMeta& g = p.group[m.gi];
   TAct* buf = gbuf + gs * (kTok * kRow);
+  const GroupConv gc = group_conv_of<KP, kTok>(p, m);
   if (m.len <= kTok) {  // decode and verify: one pass, loads before stores
     TMA_T0(t_cv);
-    const GroupConv gc = group_conv_of<KP, kTok>(p, m);
     int64_t xr[kTok];
     gc_rows<kTok>(p, g, gc, xr);
     constexpr int kB = sizeof(TAct) == 2 ? 2 : 1;  // chunks requested at once
@@ -102,29 +102,23 @@ __device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaM
     mbar_arrive(&gready[gs]);
     return;
   }
-  const auto& PL = p.src.proj;
-  const int h = m.hv / p.r, rv = p.r * PL.V;
-  const int q0 = h * PL.K, k0 = PL.H * PL.K + h * PL.K, v0 = 2 * PL.H * PL.K + h * rv;  // first conv channels
-  const bool window = (m.flags & kTmaInit) || g.spec;
-  const int ntok = kTok, chunks = (2 * KP + rv) / 4;
-  for (int t = 0; t < ntok; ++t) {
-    const ConvPos<TAct> cp = conv_pos<TAct>(p, m.slot0, m.base, window, m.begin, t);
-    for (int cc = lane; cc < chunks; cc += 32) {
-      const int c = cc * 4;  // [q | k | v] index
-      const int ch = c < KP ? q0 + c : c < 2 * KP ? k0 + (c - KP) : v0 + (c - 2 * KP);
-      float y[4];
-      conv_chunk<TAct, 4>(p, g, cp, ch, y);
+  for (int t = 0; t < kTok; ++t) {  // longer sequences: chunk by chunk, the first kTok tokens
+    const ConvPos<TAct> cp = conv_pos<TAct>(p, m.slot0, m.base, gc.window, m.begin, t);
+    for (int cc = lane; cc < gc.chunks; cc += 32) {
+      const int c = cc * kGcCH;  // [q | k | v] index
+      float y[kGcCH];
+      conv_chunk<TAct, kGcCH>(p, g, cp, gc.channel(c), y);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) buf[t * kRow + c + e] = from_float<TAct>(y[e]);  // exact: y is rounded
+      for (int e = 0; e < kGcCH; ++e) buf[t * kRow + c + e] = from_float<TAct>(y[e]);  // exact: y is rounded
     }
   }
   mbar_arrive(&gready[gs]);
   const rules::TokenRange tr{m.begin, m.len};
   const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (m.flags & kTmaInit) != 0, true,
                                    p.conv.W);
-  pool_update<TAct>(p, g, cs, q0, PL.K, lane);
-  pool_update<TAct>(p, g, cs, k0, PL.K, lane);
-  pool_update<TAct>(p, g, cs, v0, rv, lane);
+  pool_update<TAct>(p, g, cs, gc.q0, KP, lane);  // K == KP (host)
+  pool_update<TAct>(p, g, cs, gc.k0, KP, lane);
+  pool_update<TAct>(p, g, cs, gc.v0, p.r * p.src.proj.V, lane);
 }
 
 // Broadcast of lane u's item metadata (the fields group_prologue reads).

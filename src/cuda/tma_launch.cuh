@@ -65,8 +65,8 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
     if (!force && nseq * p.HV < kMinSeqHeads) return std::nullopt;
     if constexpr (kFused) {
       // The fused step only where forced: on the H200 it is slower than the cluster kernel
-      // (fused_step.cuh) at every measured size (bench/RESULTS.md, steps 31-34): its producer warp,
-      // which computes each group's conv, cannot keep the consumers fed.
+      // (fused_step.cuh) at every measured size (bench/RESULTS.md, steps 32-39): the producer warp's
+      // conv of each group delays the state copies, whatever way its inputs arrive.
       if (!force) return std::nullopt;
       if (!aligned16(p.src.qkvz, p.src.qkvz_rs, sizeof(TAct)) ||
           !aligned16(p.conv.state, p.conv.slot_stride, sizeof(TAct)) || p.conv.D % 8 != 0 || p.conv.W < 2 ||

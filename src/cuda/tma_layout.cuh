@@ -46,7 +46,7 @@ __device__ int g_tma_launches;
 #define TMA_ADD(acc, t0)
 #endif
 // States leave through a bulk store of the stage's tile (instead of the lanes' stores): 0 never,
-// 1 always, 2 verify tokens' states of float32 state. H200 (bench/RESULTS.md step 36): float32
+// 1 always, 2 verify tokens' states of float32 state. H200 (bench/RESULTS.md step 37): float32
 // verify T = 4 N = 256 -4%, float32 decode +2%, 16-bit state slower in every case.
 #ifndef GDN_TMA_BULK_STORE
 #define GDN_TMA_BULK_STORE 2
@@ -151,7 +151,7 @@ struct TmaLayout {
   static constexpr int kOffMeta = kOffV + kStaged * kV;
   static constexpr int kStage = round_up(kOffMeta + static_cast<int>(sizeof(TmaMeta<kTok>)), 128);
   static constexpr int kMaxStages = 64;
-  // fused: group buffers (q, k conv outputs of kTok tokens, float32) and their barriers
+  // fused: group buffers (conv outputs [q | k | v] of kTok tokens, activation dtype)
   static constexpr int kMaxRV = kTmaMaxRV;
   static constexpr int kGroupRow = tma_group_row(KP);
   static constexpr int kGroupBufs = kFused ? GDN_TMA_GROUP_BUFS : 0, kGroupElems = kTok * kGroupRow;
