@@ -1,11 +1,12 @@
-// CUDA tests of the pipelined sm_90 kernels (src/cuda/recurrent_tma.cuh) where they are opt-in:
+// CUDA tests of the pipelined sm_90 kernels (src/cuda/recurrent_tma.cuh) on every batch, whatever
+// its size (the default choice takes them only for large batches):
 //   CudaPipelinedFused.MixedBatchesMatchTheCpu: gdn_attention with GDN_CUDA_TMA=1 (the fused step
 //     on the pipelined kernel, K = 128) over random mixed batches — prefills up to 20 tokens (tokens
-//     past the 4 whose conv the producer computes), 1-token prefills without initial state, decodes,
+//     past the 4 whose conv the conv warp computes), 1-token prefills without initial state, decodes,
 //     ragged verify sequences, padding sequences, random global row order (token_indx) or identity
 //     rows (non-spec only), both qkvz layouts, r = 2 and 3, float32 and bf16 state — equals the CPU reference
 //     (outputs, z, both pools, sentinels untouched), and its z and conv pool equal, byte for byte,
-//     those of the default kernel choice.
+//     those of the other kernels (GDN_CUDA_TMA=0: the cluster kernel of fused_step.cuh).
 // Tolerances as in test_cuda_graph.cpp (1e-5 for float32 activations and state, 1e-2 when either is
 // 16-bit; copies of input bits exact). Skips without a GPU; kernels that cannot run (no sm_90) fall
 // back to the other kernels, which must match the CPU just the same.

@@ -1,23 +1,27 @@
 // src/cuda/group_conv.cuh — the pipelined fused step's conv of one (sequence, key head) group for a
-// sequence of at most kTok tokens (every decode and verify sequence), by the producer warp
-// (recurrent_tma.cuh, kFused): channels [q0, q0 + K), [k0, k0 + K), [v0, v0 + r V) as chunks of 4
-// contiguous ones, lane by lane. Every input of a chunk — its W - 1 window rows, its tokens' qkvz
-// values, weights and bias — is requested at once (gc_load_global: one round trip per batch of
-// chunks, where conv_chunk + pool_update take several), then gc_finish writes the conv output of
-// every token into the group buffer and the chunk's new pool rows from the same registers: the
-// values, operations and order of conv_chunk and pool_update (conv_tok.cuh). Registers hold
-// (window ++ tokens) right-aligned: position kM - (W - 1) + s holds element s, and tap j of the
-// weights sits at j + kMaxW - W, so every register index is a constant whatever W is.
+// sequence of at most kTok tokens (every decode and verify sequence), by its conv warp
+// (recurrent_tma.cuh, kFused): channels [q0, q0 + K), [k0, k0 + K), [v0, v0 + r V) as chunks of
+// gc_ch<TAct>() contiguous ones (one 16-byte vector), lane by lane. Every input of a chunk — its
+// W - 1 window rows, its tokens' qkvz values, weights and bias — is requested at once
+// (gc_load_global: one round trip, few requests: whole vectors, the weights of W = 4 as four), then
+// gc_finish writes the conv output of every token into the group buffer and the chunk's new pool rows
+// from the same registers: the values, operations and order of conv_chunk and pool_update
+// (conv_tok.cuh). Registers hold (window ++ tokens) right-aligned: position kM - (W - 1) + s holds
+// element s, and tap j of the weights sits at j + kMaxW - W, so every register index is a constant
+// whatever W is.
 #pragma once
 #include "cuda/conv_tok.cuh"
 
 namespace gdn::cuda {
 
-constexpr int kGcCH = 4;  // channels per chunk
+template <typename TAct>
+constexpr int gc_ch() {  // channels per chunk: one 16-byte vector
+  return 16 / static_cast<int>(sizeof(TAct));
+}
 constexpr int kGcM = kMaxW - 1;
 constexpr int kGcMaxRV = 512;  // fused step groups: r V at most this (host)
 
-// What the conv of a group needs, resolved once by the producer (warp-uniform).
+// What the conv of a group needs (warp-uniform).
 struct GroupConv {
   int64_t slot0, base, begin;
   int len, nt;  // tokens (<= kTok); inputs kept in the pool (rolling verify: min(len, cols))
@@ -31,11 +35,11 @@ struct GroupConv {
 // A chunk's inputs in registers.
 template <typename TAct, int kTok>
 struct GcChunk {
-  static constexpr int kN = kGcM + kTok;
-  using Vec = typename VecOf<kGcCH * static_cast<int>(sizeof(TAct))>::type;
-  Vec u[kN];               // (window ++ tokens), right-aligned; zeros where absent
-  TAct w[kMaxW][kGcCH];    // weights, right-aligned
-  TAct b[kGcCH];           // bias (zeros when none)
+  static constexpr int kN = kGcM + kTok, kCH = gc_ch<TAct>();
+  using Vec = uint4;
+  Vec u[kN];             // (window ++ tokens), right-aligned; zeros where absent
+  TAct w[kMaxW][kCH];    // weights, right-aligned
+  alignas(16) TAct b[kCH];  // bias (zeros when none)
 };
 
 // Global row offsets (qkvz rows) of the group's tokens.
@@ -68,29 +72,50 @@ __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const G
       in.u[pos] = *reinterpret_cast<const Vec*>(qkvz + xr[pos - kGcM] + col);
     }
   }
+  constexpr int CH = C::kCH;
+  const TAct* wc = wt + static_cast<int64_t>(ch) * p.conv.weight_rs;
+  if (W == 4 && p.conv.weight_rs == 4 && (reinterpret_cast<uintptr_t>(wc) & 15) == 0) {
+    // the chunk's CH x 4 weights are contiguous: four vectors; tap j of channel e is element 4 e + j
+    Vec wv[4];
 #pragma unroll
-  for (int jj = 0; jj < kMaxW; ++jj)
+    for (int q = 0; q < 4; ++q) wv[q] = reinterpret_cast<const Vec*>(wc)[q];
+    const TAct* we = reinterpret_cast<const TAct*>(wv);
 #pragma unroll
-    for (int e = 0; e < kGcCH; ++e)
-      in.w[jj][e] = jj >= kMaxW - W ? wt[(ch + e) * p.conv.weight_rs + jj - (kMaxW - W)] : TAct(0.f);
+    for (int e = 0; e < CH; ++e) {
+      in.w[0][e] = TAct(0.f);
 #pragma unroll
-  for (int e = 0; e < kGcCH; ++e) in.b[e] = bias ? bias[ch + e] : TAct(0.f);
+      for (int j = 0; j < 4; ++j) in.w[j + kMaxW - 4][e] = we[4 * e + j];
+    }
+  } else {
+#pragma unroll
+    for (int jj = 0; jj < kMaxW; ++jj)
+#pragma unroll
+      for (int e = 0; e < CH; ++e)
+        in.w[jj][e] = jj >= kMaxW - W ? wc[e * p.conv.weight_rs + jj - (kMaxW - W)] : TAct(0.f);
+  }
+  if (bias && (reinterpret_cast<uintptr_t>(bias + ch) & 15) == 0) {
+    *reinterpret_cast<Vec*>(in.b) = *reinterpret_cast<const Vec*>(bias + ch);
+  } else {
+#pragma unroll
+    for (int e = 0; e < CH; ++e) in.b[e] = bias ? bias[ch + e] : TAct(0.f);
+  }
 }
 
 // A chunk ([q | k | v] index c): y_t = act(bias + sum_j w_j (window ++ tokens)[t + j]) into
-// buf row t (kRow elements), then its new pool rows through put(row, vec) (the same 4 channels).
+// buf row t (kRow elements), then its new pool rows through put(row, vec) (the same CH channels).
 template <typename TAct, int kTok, typename Put>
 __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupMeta& g, const GroupConv& gc,
                                           const GcChunk<TAct, kTok>& in, int c, TAct* buf, int kRow, Put put) {
   using C = GcChunk<TAct, kTok>;
+  constexpr int CH = C::kCH;
   const int W = p.conv.W, W1 = W - 1;
-  const TAct(&x)[C::kN][kGcCH] = *reinterpret_cast<const TAct(*)[C::kN][kGcCH]>(in.u);
+  const TAct(&x)[C::kN][CH] = *reinterpret_cast<const TAct(*)[C::kN][CH]>(in.u);
   const bool has_bias = p.conv.bias != nullptr;
 #pragma unroll
   for (int t = 0; t < kTok; ++t) {
     if (t >= gc.len) break;
 #pragma unroll
-    for (int e = 0; e < kGcCH; ++e) {
+    for (int e = 0; e < CH; ++e) {
       float y = has_bias ? to_float(in.b[e]) : 0.f;
 #pragma unroll
       for (int jj = 0; jj < kMaxW; ++jj)

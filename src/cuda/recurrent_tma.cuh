@@ -24,190 +24,39 @@
 // kFused: gdn_attention's whole step (conv + gates + norms + recurrence + conv pool + z) in the same
 // pipeline. Items are then ordered (sequence, key head, value head, row tile) and a block takes
 // whole (sequence, key head) groups (groups b, b + grid, ...); the stage holds only the state tile
-// and the metadata. Before a group's first item the producer warp computes the conv of all the
-// group's channels (the key head's q and k, its r value heads' v) for the sequence's first kTok
-// (4 >= W - 1) tokens into a group buffer in shared memory (activation dtype: the conv output is
-// rounded to it anyway; a ring of kGroupBufs, each freed by a barrier every item of its group
-// arrives on) and writes their conv pool rows: it is the windows' only reader, since tokens past
-// kTok take no window tap; consumers compute those tokens' conv from the qkvz rows
-// (conv_tok.cuh). Consumer warps copy z first. The host side is in tma_launch.cuh; the fused form
-// runs only where forced (GDN_CUDA_TMA=1: the "tma:" tests), being slower than fused_step.cuh.
+// and the metadata. The block has one consumer warp fewer and a conv warp: it resolves 32 of the
+// block's groups at once and computes, up to kGroupBufs - 1 groups ahead of the consumers, the conv
+// of all of a group's channels (the key head's q and k, its r value heads' v) for the sequence's
+// first kTok (4 >= W - 1) tokens into a group buffer in shared memory (activation dtype: the conv
+// output is rounded to it anyway; a ring of kGroupBufs, each freed by a barrier every item of its
+// group arrives on) and writes their conv pool rows: it is the windows' only reader, since tokens
+// past kTok take no window tap. Its own warp, so that neither the producer's copies nor the
+// consumers wait for the conv's round trips (when the producer computed it, steps 35-39 in
+// bench/RESULTS.md, it delayed the copies). Items of a sequence longer than kTok go through an
+// out-of-line copy of the item code (tma_item_long) that computes the later tokens' conv from the
+// qkvz rows (conv_tok.cuh). Consumer warps copy z first. The host side is in tma_launch.cuh.
 #pragma once
-#include "cuda/conv_tok.cuh"
-#include "cuda/tma_layout.cuh"
-#include "cuda/tma_util.cuh"
+#include "cuda/tma_conv.cuh"
 
 namespace gdn::cuda {
-
-// The conv of a short group (<= kTok tokens): what group_conv.cuh needs from the item metadata.
-template <int KP, int kTok>
-__device__ __forceinline__ GroupConv group_conv_of(const RecurrentParams& p, const TmaMeta<kTok>& m) {
-  const GroupMeta& g = p.group[m.gi];
-  const auto& PL = p.src.proj;
-  const int h = m.hv / p.r, rv = p.r * PL.V;
-  GroupConv gc;
-  gc.q0 = h * PL.K, gc.k0 = PL.H * PL.K + h * PL.K, gc.v0 = 2 * PL.H * PL.K + h * rv;  // first conv channels
-  gc.KP = KP, gc.chunks = (2 * KP + rv) / kGcCH;
-  gc.slot0 = m.slot0, gc.base = m.base, gc.begin = m.begin;
-  gc.len = static_cast<int>(m.len < kTok ? m.len : kTok);
-  gc.nt = g.spec ? (gc.len < g.cols ? gc.len : static_cast<int>(g.cols)) : gc.len;
-  gc.window = (m.flags & kTmaInit) || g.spec;
-  return gc;
-}
-
-// Fused, the whole producer warp before group gq's first item (m: that item's metadata, the same for
-// the whole group): waits until every item of the group that used the buffer before is done (gdone:
-// every consumer lane of every item arrives), then computes the conv of the group's channels for the
-// first kTok tokens into the buffer and writes their conv pool rows — in one pass for a short
-// sequence (group_conv.cuh: every input of a lane's chunk batch requested at once), else chunk by
-// chunk and the pool rows after the buffer — and every lane arrives on gready (consumers wait on it
-// before reading).
-template <typename TAct, int KP, int kTok>
-__device__ __noinline__ void group_prologue(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
-                                            TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane,
-                                            long long* prof) {
-  constexpr int kRow = tma_group_row(KP);
-  const int gs = gq % bufs;
-  TMA_T0(t_gd);
-  mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
-  TMA_ADD(prof[4], t_gd);
-  (void)prof;
-  if (m.flags & (kTmaSkip | kTmaPad)) {
-    mbar_arrive(&gready[gs]);
-    return;
-  }
-  const GroupMeta& g = p.group[m.gi];
-  TAct* buf = gbuf + gs * (kTok * kRow);
-  const GroupConv gc = group_conv_of<KP, kTok>(p, m);
-  if (m.len <= kTok) {  // decode and verify: one pass, loads before stores
-    TMA_T0(t_cv);
-    int64_t xr[kTok];
-    gc_rows<kTok>(p, g, gc, xr);
-    constexpr int kB = sizeof(TAct) == 2 ? 2 : 1;  // chunks requested at once
-    for (int cb = lane; cb < gc.chunks; cb += 32 * kB) {
-      GcChunk<TAct, kTok> in[kB];
-#pragma unroll
-      for (int b = 0; b < kB; ++b)
-        if (cb + 32 * b < gc.chunks) gc_load_global<TAct, kTok>(p, gc, xr, gc.channel((cb + 32 * b) * kGcCH), in[b]);
-#pragma unroll
-      for (int b = 0; b < kB; ++b) {
-        if (cb + 32 * b >= gc.chunks) continue;
-        using Vec = typename GcChunk<TAct, kTok>::Vec;
-        TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel((cb + 32 * b) * kGcCH);
-        gc_finish<TAct, kTok>(p, g, gc, in[b], (cb + 32 * b) * kGcCH, buf, kRow,
-                              [&](int row, const Vec& v) { *reinterpret_cast<Vec*>(col + row * p.conv.D) = v; });
-      }
-    }
-    TMA_ADD(prof[5], t_cv);
-    mbar_arrive(&gready[gs]);
-    return;
-  }
-  for (int t = 0; t < kTok; ++t) {  // longer sequences: chunk by chunk, the first kTok tokens
-    const ConvPos<TAct> cp = conv_pos<TAct>(p, m.slot0, m.base, gc.window, m.begin, t);
-    for (int cc = lane; cc < gc.chunks; cc += 32) {
-      const int c = cc * kGcCH;  // [q | k | v] index
-      float y[kGcCH];
-      conv_chunk<TAct, kGcCH>(p, g, cp, gc.channel(c), y);
-#pragma unroll
-      for (int e = 0; e < kGcCH; ++e) buf[t * kRow + c + e] = from_float<TAct>(y[e]);  // exact: y is rounded
-    }
-  }
-  mbar_arrive(&gready[gs]);
-  const rules::TokenRange tr{m.begin, m.len};
-  const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (m.flags & kTmaInit) != 0, true,
-                                   p.conv.W);
-  pool_update<TAct>(p, g, cs, gc.q0, KP, lane);  // K == KP (host)
-  pool_update<TAct>(p, g, cs, gc.k0, KP, lane);
-  pool_update<TAct>(p, g, cs, gc.v0, p.r * p.src.proj.V, lane);
-}
-
-// Broadcast of lane u's item metadata (the fields group_prologue reads).
-template <int kTok>
-__device__ __forceinline__ TmaMeta<kTok> meta_of_lane(const TmaMeta<kTok>& m, int u) {
-  TmaMeta<kTok> b{};
-  auto sh64 = [&](int64_t x) { return static_cast<int64_t>(__shfl_sync(0xffffffffu, static_cast<long long>(x), u)); };
-  b.begin = sh64(m.begin), b.len = sh64(m.len), b.slot0 = sh64(m.slot0);
-  b.base = __shfl_sync(0xffffffffu, m.base, u), b.flags = __shfl_sync(0xffffffffu, m.flags, u);
-  b.gi = __shfl_sync(0xffffffffu, m.gi, u), b.i = __shfl_sync(0xffffffffu, m.i, u);
-  b.hv = __shfl_sync(0xffffffffu, m.hv, u);
-  return b;
-}
 
 // The producer warp: resolves 32 items at once (lane u: the block's item k0 + u: its metadata, gate
 // inputs, stage and copy sources), then issues them in order, one lane at a time.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, TAct* gbuf, uint64_t* gdone,
-                                            uint64_t* gready, int lane, long long* prof) {
+                                            uint64_t* full, uint64_t* empty, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   const uint64_t pol = evict_first_policy();
   for (int k0 = 0; k0 < nk; k0 += 32) {
     TMA_T0(t_res);
     const int k = k0 + lane;
-    TmaMeta<kTok> m{};
-    const void* tile = nullptr;
-    const TAct *q[kTok], *kk[kTok], *v[kTok];
-    int ntok = 0;
-    uint32_t bytes = 0;
-    if (k < nk) {
-      // items ordered (sequence, value head, row tile), fused (sequence, key head, value head of the
-      // key head, row tile) in whole groups per block; fewer than 2^31 (host)
-      uint32_t z;
-      if constexpr (kFused) {
-        const uint32_t gq = static_cast<uint32_t>(k) / tg.group_items, w = k - gq * tg.group_items;
-        const uint32_t grp = blockIdx.x + gq * gridDim.x, j = w / tg.tiles;
-        z = grp / p.H;
-        m.x = static_cast<int>(w - j * tg.tiles);
-        m.hv = static_cast<int>((grp - z * p.H) * p.r + j);
-      } else {
-        const uint32_t item = blockIdx.x + static_cast<uint32_t>(k) * gridDim.x;
-        const uint32_t r = item / tg.tiles;
-        z = r / p.HV;
-        m.x = static_cast<int>(item - r * tg.tiles);
-        m.hv = static_cast<int>(r - z * p.HV);
-      }
-      const SeqRef sq = seq_ref(p, z);
-      m.gi = sq.gi;
-      m.i = static_cast<int>(sq.i);
-      const int hv = m.hv, h = hv / p.r;
-      m.A = p.A_log(hv);  // raw here: its exp below, after the other loads are requested
-      m.dtb = p.dt_bias(hv);
-      const GroupMeta& g = p.group[m.gi];
-      const SeqInfo si = resolve_seq(p, g, m.i, kFused);
-      const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
-      // fused: a token outside the buffer makes its sequence padding
-      const bool pad = si.pad || (kFused && !rows_in_buffer(g, si.tr.begin, si.tr.len, out_rows));
-      m.begin = si.tr.begin, m.len = si.tr.len, m.slot0 = si.slot0, m.base = g.spec ? static_cast<int>(si.acc - 1) : 0;
-      m.flags = (si.tr.len == 0 ? kTmaSkip : pad ? kTmaPad : 0) | (si.init ? kTmaInit : 0);
-      ntok = m.flags & (kTmaSkip | kTmaPad) ? 0 : static_cast<int>(si.tr.len < kTok ? si.tr.len : kTok);
-#pragma unroll
-      for (int t = 0; t < kTok; ++t) {
-        m.row[t] = t < ntok ? global_row(g, si.tr.begin + t, out_rows) : 0;
-        m.col_slot[t] = -1;
-        if (t < ntok) m.col_slot[t] = verify_slot(p, g, m.i, t);
-      }
-      const int64_t v0 = static_cast<int64_t>(hv) * p.V + static_cast<int64_t>(m.x) * Lay::kItemRows;
-#pragma unroll
-      for (int t = 0; t < kTok; ++t)
-        if (t < ntok) {
-          if constexpr (kFused) {
-            const TAct* ba = static_cast<const TAct*>(p.src.ba) + m.row[t] * p.src.ba_rs;
-            m.a[t] = to_float(ba[p.src.proj.a_col(hv)]), m.b[t] = to_float(ba[p.src.proj.b_col(hv)]);
-          } else {
-            const TokenSrc<TAct> x = token_src<TAct, KP>(p, m.row[t], h, hv, v0);
-            m.a[t] = x.a, m.b[t] = x.b;
-            q[t] = x.q, kk[t] = x.k, v[t] = x.v;
-          }
-        }
-      m.A = -expf(m.A);
-      if (ntok > 0 && si.init) tile = static_cast<const TS*>(p.state) + si.read_slot * p.state_slot_stride + v0 * KP;
-      bytes = (tile ? Lay::kTile : 0) + (kFused ? 0 : ntok * (2 * Lay::kQK + Lay::kV));
-    }
+    const TmaItem<TAct, kTok> it = k < nk ? resolve_item<TAct, TS, KP, kTok, kFused>(p, tg, k) : TmaItem<TAct, kTok>{};
+    const TmaMeta<kTok>& m = it.m;
     const int st = k % tg.stages;
     const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
     const int nb = nk - k0 < 32 ? nk - k0 : 32;
 #if GDN_TMA_PROFILE
-    for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (tile != nullptr), u);
+    for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (it.tile != nullptr), u);
     TMA_ADD(prof[0], t_res);
 #endif
     // Issues this lane's item: waits for its stage, writes the metadata there, posts the bytes and
@@ -219,35 +68,178 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
       TMA_T0(t_iss);
       uint8_t* sb = stages + st * Lay::kStage;
       *reinterpret_cast<TmaMeta<kTok>*>(sb + Lay::kOffMeta) = m;
-      mbar_arrive_tx(&full[st], bytes);
-      if (tile) {
-        if constexpr (GDN_TMA_EVICT) bulk_load_hint(sb, tile, Lay::kTile, &full[st], pol);
-        else bulk_load(sb, tile, Lay::kTile, &full[st]);
+      mbar_arrive_tx(&full[st], it.bytes);
+      if (it.tile) {
+        if constexpr (GDN_TMA_EVICT) bulk_load_hint(sb, it.tile, Lay::kTile, &full[st], pol);
+        else bulk_load(sb, it.tile, Lay::kTile, &full[st]);
       }
 #pragma unroll
       for (int t = 0; t < Lay::kStaged; ++t) {
-        if (t >= ntok) break;
-        bulk_load(sb + Lay::kOffQ + t * Lay::kQK, q[t], Lay::kQK, &full[st]);
-        bulk_load(sb + Lay::kOffK + t * Lay::kQK, kk[t], Lay::kQK, &full[st]);
-        bulk_load(sb + Lay::kOffV + t * Lay::kV, v[t], Lay::kV, &full[st]);
+        if (t >= it.ntok) break;
+        bulk_load(sb + Lay::kOffQ + t * Lay::kQK, it.q[t], Lay::kQK, &full[st]);
+        bulk_load(sb + Lay::kOffK + t * Lay::kQK, it.k[t], Lay::kQK, &full[st]);
+        bulk_load(sb + Lay::kOffV + t * Lay::kV, it.v[t], Lay::kV, &full[st]);
       }
       TMA_ADD(prof[3], t_iss);  // profile: the producer's "store" column is the copy issue
     };
     for (int u = 0; u < nb; ++u) {
-      if constexpr (kFused) {
-        const int ku = k0 + u;
-        TMA_T0(t_pro);
-        if (ku % tg.group_items == 0) {  // a group starts: uniform over the warp
-          const TmaMeta<kTok> mg = meta_of_lane<kTok>(m, u);
-          group_prologue<TAct, KP, kTok>(p, mg, ku / tg.group_items, Lay::kGroupBufs, gbuf, gdone, gready, lane, prof);
-          __syncwarp();
-        }
-        TMA_ADD(prof[2], t_pro);  // profile: the producer's "recur" column is its group conv
-      }
       if (lane == u) issue();
       __syncwarp();
     }
   }
+}
+
+// One item of a consumer warp (stage sb holds its tile and metadata): every token, in passes of
+// kPassRows rows. Fused: q, k, v of the first kTok tokens from the group buffer; tokens past them
+// (kLong: a sequence longer than kTok) convolved here from the qkvz rows.
+template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kLong>
+__device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, int k, const uint8_t* sb,
+                                         const TAct* gbuf, int lane, long long* prof) {
+  using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
+  constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
+  const int ln = lane % L, grp = lane / L;
+  const TmaMeta<kTok>& m = *reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta);
+  const int flags = m.flags, hv = m.hv, h = hv / p.r;
+  const GroupMeta& g = p.group[m.gi];
+  const rules::TokenRange tr{m.begin, m.len};
+  const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
+  auto state_row = [&](int64_t slot, int vi) {
+    return static_cast<TS*>(p.state) + slot * p.state_slot_stride + (static_cast<int64_t>(hv) * p.V + vi) * KP;
+  };
+  // The pass's rows of a state into `slot` (warp-uniform call; tok: a verify token's state, else
+  // the final one): straight from the lanes, or (GDN_TMA_BULK_STORE) through the stage's tile,
+  // which the pass no longer reads, by one bulk store of its contiguous kPassRows rows.
+  auto put_state = [&](int64_t slot, int ps, int lr0, int row0, const float(&s)[R][EPL], bool tok) {
+    constexpr bool kBulkTok = GDN_TMA_BULK_STORE == 1 || (GDN_TMA_BULK_STORE == 2 && sizeof(TS) == 4);
+    if (GDN_TMA_BULK_STORE == 1 || (kBulkTok && tok)) {
+      TS* tile = reinterpret_cast<TS*>(const_cast<uint8_t*>(sb));
+#pragma unroll
+      for (int j = 0; j < R; ++j) store_chunks<L, CH, TS, EPL, true>(tile + (lr0 + j * G) * KP, ln, s[j]);
+      fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) {
+        bulk_store(state_row(slot, m.x * Lay::kItemRows + ps * Lay::kPassRows), tile + ps * Lay::kPassRows * KP,
+                   Lay::kPassRows * KP * static_cast<int>(sizeof(TS)));
+        bulk_store_wait_read();  // the tile may be written again
+      }
+      __syncwarp();
+    } else {
+#pragma unroll
+      for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(slot, row0 + j * G), ln, s[j]);
+    }
+  };
+  // fused: the group buffer's token tt, and where local token t's conv taps are
+  auto gbuf_tok = [&](int tt) {
+    if constexpr (kFused) return gbuf + ((k / tg.group_items) % Lay::kGroupBufs) * Lay::kGroupElems + tt * Lay::kGroupRow;
+    else return gbuf;
+  };
+  auto cpos = [&](int64_t t) {
+    return conv_pos<TAct>(p, m.slot0, m.base, (flags & kTmaInit) || g.spec, tr.begin, t);
+  };
+  if (!(flags & kTmaSkip)) {
+    const int ntok = static_cast<int>(tr.len < kTok ? tr.len : kTok);
+    const float A = m.A, dtb = m.dtb;
+    // q and k of token tt < ntok: from the stage, or (fused) from the group buffer
+    auto first_qk = [&](int tt, float(&kr)[EPL], float(&qr)[EPL]) {
+      if constexpr (kFused) {
+        const TAct* b = gbuf_tok(tt);
+        load_chunks<L, CH>(b, ln, qr);
+        load_chunks<L, CH>(b + KP, ln, kr);
+      } else {
+        load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK), ln, qr);
+        load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK), ln, kr);
+      }
+    };
+    // The first token's k^, q^ and gates, once for all passes.
+    float kr0[EPL], qr0[EPL];
+    TokenGates g0{};
+    if (!(flags & kTmaPad)) {
+      TMA_T0(t_in);
+      first_qk(0, kr0, qr0);
+      TMA_ADD(prof[0], t_in);
+      g0 = prep_regs<L, EPL>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0);
+    }
+#pragma unroll 1
+    for (int ps = 0; ps < Lay::kPasses; ++ps) {
+      const int lr0 = ps * Lay::kPassRows + grp;                // item-local row of the group's row 0
+      const int row0 = m.x * Lay::kItemRows + lr0;              // its value index
+      if (flags & kTmaPad) {
+        zero_outputs<TAct, R, G>(p, g, tr, out_rows, hv, row0, ln);
+        continue;
+      }
+      float s[R][EPL];
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        if (flags & kTmaInit) load_chunks<L, CH>(reinterpret_cast<const TS*>(sb) + (lr0 + j * G) * KP, ln, s[j]);
+        else
+#pragma unroll
+          for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
+      }
+      // fused: items of a sequence longer than kTok go through tma_item_long
+      const int64_t nt = kFused && !kLong ? ntok : tr.len;
+      for (int64_t t = 0; t < nt; ++t) {
+        float kr[EPL], qr[EPL], vv[R];
+        TokenGates gates = g0;
+        int64_t row;
+        if (t < ntok) {
+          const int tt = static_cast<int>(t);
+          row = m.row[tt];
+          if constexpr (kFused) {
+            const TAct* bv = gbuf_tok(tt) + 2 * KP + (hv - h * p.r) * p.V;
+#pragma unroll
+            for (int j = 0; j < R; ++j) vv[j] = to_float(bv[row0 + j * G]);
+          } else {
+            const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
+#pragma unroll
+            for (int j = 0; j < R; ++j) vv[j] = to_float(sv[lr0 + j * G]);
+          }
+          if (tt == 0) {
+#pragma unroll
+            for (int e = 0; e < EPL; ++e) kr[e] = kr0[e], qr[e] = qr0[e];
+          } else {
+            first_qk(tt, kr, qr);
+            gates = prep_regs<L, EPL>(m.a[tt], m.b[tt], A, dtb, p.scale, kr, qr);
+          }
+        } else if constexpr (kFused) {  // past the first tokens (kLong only; else nt == ntok): conv and gates here
+          if constexpr (!kLong) __builtin_unreachable();
+          row = global_row(g, tr.begin + t, out_rows);
+          const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
+          conv_qk<TAct, L, CH, EPL>(p, g, cpos(t), h, ln, kr, qr);
+          conv_v<TAct, L, R, G>(p, g, cpos(t), hv, row0, lane, vv);
+          gates = prep_regs<L, EPL>(to_float(ba[p.src.proj.a_col(hv)]), to_float(ba[p.src.proj.b_col(hv)]), A, dtb,
+                                    p.scale, kr, qr);
+        } else {  // past the staged tokens: straight from global memory
+          row = global_row(g, tr.begin + t, out_rows);
+          const TokenSrc<TAct> x = token_src<TAct, KP>(p, row, h, hv, static_cast<int64_t>(hv) * p.V);
+          load_chunks<L, CH>(x.q, ln, qr);
+          load_chunks<L, CH>(x.k, ln, kr);
+#pragma unroll
+          for (int j = 0; j < R; ++j) vv[j] = to_float(x.v[row0 + j * G]);
+          gates = prep_regs<L, EPL>(x.a, x.b, A, dtb, p.scale, kr, qr);
+        }
+        TMA_T0(t_c);
+        const float mine = recur_rows<L, G, R, EPL, true>(s, kr, qr, gates, [&](int j) { return vv[j]; }, ln);
+        TMA_ADD(prof[2], t_c);
+        TMA_T0(t_s);
+        if (ln < R)
+          static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] =
+              from_float<TAct>(mine);
+        const int64_t slot = t < ntok ? m.col_slot[t] : verify_slot(p, g, m.i, t);  // -1: none
+        if (slot >= 0) put_state(slot, ps, lr0, row0, s, true);
+        TMA_ADD(prof[3], t_s);
+      }
+      TMA_T0(t_f);
+      if (!g.spec) put_state(m.slot0, ps, lr0, row0, s, false);
+      TMA_ADD(prof[3], t_f);
+    }
+  }
+}
+// Fused: an item of a sequence longer than kTok, out of line so that the decode and verify items'
+// registers do not have to make room for the late tokens' conv (H200: 96 vs 112 µs at N = 64).
+template <typename TAct, typename TS, int KP, int kTok>
+__device__ __noinline__ void tma_item_long(const RecurrentParams& p, TmaGrid tg, int k, const uint8_t* sb,
+                                           const TAct* gbuf, int lane, long long* prof) {
+  tma_item<TAct, TS, KP, kTok, true, true>(p, tg, k, sb, gbuf, lane, prof);
 }
 
 // A consumer warp: its items (the block's items warp, warp + kConsumers, ...), every token of each,
@@ -257,8 +249,6 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
                                             uint64_t* full, uint64_t* empty, const TAct* gbuf, uint64_t* gdone,
                                             uint64_t* gready, int warp, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
-  constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
-  const int ln = lane % L, grp = lane / L;
   TMA_T0(t_z);
   if constexpr (kFused)  // z: every row below num_actual_tokens, spread over the grid's consumer warps
     copy_z<TAct, Lay::kConsumers * 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x);
@@ -274,137 +264,13 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     }
     TMA_ADD(prof[1], t_wait);
     const uint8_t* sb = stages + st * Lay::kStage;
-    const TmaMeta<kTok>& m = *reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta);
-    const int flags = m.flags, hv = m.hv, h = hv / p.r;
-    const GroupMeta& g = p.group[m.gi];
-    const rules::TokenRange tr{m.begin, m.len};
-    const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
-    auto state_row = [&](int64_t slot, int vi) {
-      return static_cast<TS*>(p.state) + slot * p.state_slot_stride + (static_cast<int64_t>(hv) * p.V + vi) * KP;
-    };
-    // The pass's rows of a state into `slot` (warp-uniform call; tok: a verify token's state, else
-    // the final one): straight from the lanes, or (GDN_TMA_BULK_STORE) through the stage's tile,
-    // which the pass no longer reads, by one bulk store of its contiguous kPassRows rows.
-    auto put_state = [&](int64_t slot, int ps, int lr0, int row0, const float(&s)[R][EPL], bool tok) {
-      constexpr bool kBulkTok = GDN_TMA_BULK_STORE == 1 || (GDN_TMA_BULK_STORE == 2 && sizeof(TS) == 4);
-      if (GDN_TMA_BULK_STORE == 1 || (kBulkTok && tok)) {
-        TS* tile = reinterpret_cast<TS*>(const_cast<uint8_t*>(sb));
-#pragma unroll
-        for (int j = 0; j < R; ++j) store_chunks<L, CH, TS, EPL, true>(tile + (lr0 + j * G) * KP, ln, s[j]);
-        fence_proxy_async();
-        __syncwarp();
-        if (lane == 0) {
-          bulk_store(state_row(slot, m.x * Lay::kItemRows + ps * Lay::kPassRows), tile + ps * Lay::kPassRows * KP,
-                     Lay::kPassRows * KP * static_cast<int>(sizeof(TS)));
-          bulk_store_wait_read();  // the tile may be written again
-        }
-        __syncwarp();
-      } else {
-#pragma unroll
-        for (int j = 0; j < R; ++j) store_chunks<L, CH>(state_row(slot, row0 + j * G), ln, s[j]);
-      }
-    };
-    // fused: the group buffer's token tt, and where local token t's conv taps are
-    auto gbuf_tok = [&](int tt) {
-      if constexpr (kFused) return gbuf + ((k / tg.group_items) % Lay::kGroupBufs) * Lay::kGroupElems + tt * Lay::kGroupRow;
-      else return gbuf;
-    };
-    auto cpos = [&](int64_t t) {
-      return conv_pos<TAct>(p, m.slot0, m.base, (flags & kTmaInit) || g.spec, tr.begin, t);
-    };
-    if (!(flags & kTmaSkip)) {
-      const int ntok = static_cast<int>(tr.len < kTok ? tr.len : kTok);
-      const float A = m.A, dtb = m.dtb;
-      // q and k of token tt < ntok: from the stage, or (fused) from the group buffer
-      auto first_qk = [&](int tt, float(&kr)[EPL], float(&qr)[EPL]) {
-        if constexpr (kFused) {
-          const TAct* b = gbuf_tok(tt);
-          load_chunks<L, CH>(b, ln, qr);
-          load_chunks<L, CH>(b + KP, ln, kr);
-        } else {
-          load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffQ + tt * Lay::kQK), ln, qr);
-          load_chunks<L, CH>(reinterpret_cast<const TAct*>(sb + Lay::kOffK + tt * Lay::kQK), ln, kr);
-        }
-      };
-      // The first token's k^, q^ and gates, once for all passes.
-      float kr0[EPL], qr0[EPL];
-      TokenGates g0{};
-      if (!(flags & kTmaPad)) {
-        TMA_T0(t_in);
-        first_qk(0, kr0, qr0);
-        TMA_ADD(prof[0], t_in);
-        g0 = prep_regs<L, EPL>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0);
-      }
-#pragma unroll 1
-      for (int ps = 0; ps < Lay::kPasses; ++ps) {
-        const int lr0 = ps * Lay::kPassRows + grp;                // item-local row of the group's row 0
-        const int row0 = m.x * Lay::kItemRows + lr0;              // its value index
-        if (flags & kTmaPad) {
-          zero_outputs<TAct, R, G>(p, g, tr, out_rows, hv, row0, ln);
-          continue;
-        }
-        float s[R][EPL];
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-          if (flags & kTmaInit) load_chunks<L, CH>(reinterpret_cast<const TS*>(sb) + (lr0 + j * G) * KP, ln, s[j]);
-          else
-#pragma unroll
-            for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
-        }
-        for (int64_t t = 0; t < tr.len; ++t) {
-          float kr[EPL], qr[EPL], vv[R];
-          TokenGates gates = g0;
-          int64_t row;
-          if (t < ntok) {
-            const int tt = static_cast<int>(t);
-            row = m.row[tt];
-            if constexpr (kFused) {
-              const TAct* bv = gbuf_tok(tt) + 2 * KP + (hv - h * p.r) * p.V;
-#pragma unroll
-              for (int j = 0; j < R; ++j) vv[j] = to_float(bv[row0 + j * G]);
-            } else {
-              const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV + tt * Lay::kV);
-#pragma unroll
-              for (int j = 0; j < R; ++j) vv[j] = to_float(sv[lr0 + j * G]);
-            }
-            if (tt == 0) {
-#pragma unroll
-              for (int e = 0; e < EPL; ++e) kr[e] = kr0[e], qr[e] = qr0[e];
-            } else {
-              first_qk(tt, kr, qr);
-              gates = prep_regs<L, EPL>(m.a[tt], m.b[tt], A, dtb, p.scale, kr, qr);
-            }
-          } else if constexpr (kFused) {  // past the first tokens: conv and gates here
-            row = global_row(g, tr.begin + t, out_rows);
-            const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
-            conv_qk<TAct, L, CH, EPL>(p, g, cpos(t), h, ln, kr, qr);
-            conv_v<TAct, L, R, G>(p, g, cpos(t), hv, row0, lane, vv);
-            gates = prep_regs<L, EPL>(to_float(ba[p.src.proj.a_col(hv)]), to_float(ba[p.src.proj.b_col(hv)]), A, dtb,
-                                      p.scale, kr, qr);
-          } else {  // past the staged tokens: straight from global memory
-            row = global_row(g, tr.begin + t, out_rows);
-            const TokenSrc<TAct> x = token_src<TAct, KP>(p, row, h, hv, static_cast<int64_t>(hv) * p.V);
-            load_chunks<L, CH>(x.q, ln, qr);
-            load_chunks<L, CH>(x.k, ln, kr);
-#pragma unroll
-            for (int j = 0; j < R; ++j) vv[j] = to_float(x.v[row0 + j * G]);
-            gates = prep_regs<L, EPL>(x.a, x.b, A, dtb, p.scale, kr, qr);
-          }
-          TMA_T0(t_c);
-          const float mine = recur_rows<L, G, R, EPL, true>(s, kr, qr, gates, [&](int j) { return vv[j]; }, ln);
-          TMA_ADD(prof[2], t_c);
-          TMA_T0(t_s);
-          if (ln < R)
-            static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] =
-                from_float<TAct>(mine);
-          const int64_t slot = t < ntok ? m.col_slot[t] : verify_slot(p, g, m.i, t);  // -1: none
-          if (slot >= 0) put_state(slot, ps, lr0, row0, s, true);
-          TMA_ADD(prof[3], t_s);
-        }
-        TMA_T0(t_f);
-        if (!g.spec) put_state(m.slot0, ps, lr0, row0, s, false);
-        TMA_ADD(prof[3], t_f);
-      }
+    if constexpr (kFused) {
+      if (reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta)->len > kTok)
+        tma_item_long<TAct, TS, KP, kTok>(p, tg, k, sb, gbuf, lane, prof);
+      else
+        tma_item<TAct, TS, KP, kTok, kFused, false>(p, tg, k, sb, gbuf, lane, prof);
+    } else {
+      tma_item<TAct, TS, KP, kTok, kFused, false>(p, tg, k, sb, gbuf, lane, prof);
     }
     if constexpr (kFused) mbar_arrive(&gdone[(k / tg.group_items) % Lay::kGroupBufs]);  // done with the buffer
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
@@ -436,13 +302,13 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     }
     for (int s = 0; s < Lay::kGroupBufs; ++s) {
       mbar_init(&gdone[s], 32 * tg.group_items);  // every consumer lane of every item of the group
-      mbar_init(&gready[s], 32);                  // every producer lane
+      mbar_init(&gready[s], 32);                  // every lane of the conv warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  // profile: resolve (producer) / conv, pool, z (consumers); barrier waits; recurrence (producer: group
-  // conv); stores (producer: copy issue); the group conv's gdone wait and one-pass conv
-  long long prof[6] = {0, 0, 0, 0, 0, 0};
+  // profile: resolve (producer) / inputs, conv shares, z (consumers); barrier waits; recurrence
+  // (producer: waits for free group buffers); stores (producer: copy issue)
+  long long prof[4] = {0, 0, 0, 0};
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
   if (threadIdx.x == 0) s_launch = blockIdx.x == 0 ? atomicAdd(&g_tma_launches, 1) : -1;
@@ -458,15 +324,17 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     const int items = static_cast<int>((p.group[0].n + p.group[1].n) * p.HV * tg.tiles);
     nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
-  if (warp == Lay::kConsumers)
-    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane, prof);
-  else
+  if (warp == Lay::kConsumers) {
+    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, lane, prof);
+  } else if (warp < Lay::kConsumers) {
     tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
+  } else if constexpr (kFused) {
+    tma_conv_warp<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gdone, gready, lane, prof);
+  }
 #if GDN_TMA_PROFILE
-  if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))
-    printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld"
-           " [gdone %lld conv %lld]\n",
-           nk, warp, lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3], prof[4], prof[5]);
+  if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))  // the producer: every lane
+    printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld\n", nk,
+           warp, lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3]);
 #else
   (void)prof;
 #endif

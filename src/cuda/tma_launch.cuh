@@ -46,8 +46,8 @@ TmaShape tma_shape(int dev) {
   return shapes[dev];
 }
 
-// Launches the pipelined kernel where it applies (the fused step: only where GDN_CUDA_TMA=1 forces
-// it, see below): sm_90 code on an sm_90+ device, dense "vk" state,
+// Launches the pipelined kernel where it applies (the primitive recurrence and gdn_attention's
+// one-launch step): sm_90 code on an sm_90+ device, dense "vk" state,
 // K = 128, V a multiple of the item rows, 16-byte aligned inputs (q/k/v rows; fused: the qkvz rows
 // and the conv pool's slots), at least GDN_TMA_MIN_SEQHEADS_* sequence-heads and on average at most
 // 4 tokens per sequence (a persistent block's items run one after another: long prefills keep the
@@ -64,10 +64,8 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
     constexpr int64_t kMinSeqHeads = sizeof(TS) == 4 ? GDN_TMA_MIN_SEQHEADS_F32 : GDN_TMA_MIN_SEQHEADS_16;
     if (!force && nseq * p.HV < kMinSeqHeads) return std::nullopt;
     if constexpr (kFused) {
-      // The fused step only where forced: on the H200 it is slower than the cluster kernel
-      // (fused_step.cuh) at every measured size (bench/RESULTS.md, steps 32-39): the producer warp's
-      // conv of each group delays the state copies, whatever way its inputs arrive.
-      if (!force) return std::nullopt;
+      // The fused step from the same batch size on: on the H200 it is faster than the cluster kernel
+      // (fused_step.cuh) from N = 16 on since its conv has its own warp (bench/RESULTS.md, step 41).
       if (!aligned16(p.src.qkvz, p.src.qkvz_rs, sizeof(TAct)) ||
           !aligned16(p.conv.state, p.conv.slot_stride, sizeof(TAct)) || p.conv.D % 8 != 0 || p.conv.W < 2 ||
           p.conv.W > kMaxW || p.src.proj.K != KP || p.src.proj.V % 8 != 0)

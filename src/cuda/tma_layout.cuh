@@ -14,7 +14,7 @@ namespace gdn::cuda {
 #define GDN_TMA 1
 #endif
 #ifndef GDN_TMA_CONSUMERS
-#define GDN_TMA_CONSUMERS 7  // with the producer, 8 warps: 128 registers at 2 blocks per SM
+#define GDN_TMA_CONSUMERS 7  // with the producer, 8 warps (fused: 6 + producer + conv warp): 128 registers at 2 blocks per SM
 #endif
 #ifndef GDN_TMA_SMEM_KB  // dynamic shared memory per block: the stages and their barriers
 #define GDN_TMA_SMEM_KB 108
@@ -53,6 +53,9 @@ __device__ int g_tma_launches;
 #endif
 #ifndef GDN_TMA_GROUP_BUFS  // fused: group buffers in the ring
 #define GDN_TMA_GROUP_BUFS 4
+#endif
+#ifndef GDN_TMA_CONV_KB  // fused: chunks a conv-warp lane requests at once (2: spills at 128 registers)
+#define GDN_TMA_CONV_KB 1
 #endif
 #ifndef GDN_TMA_PASSES_F32  // passes of 8 rows per item: item rows = 8 x passes
 #define GDN_TMA_PASSES_F32 1
@@ -142,7 +145,9 @@ struct TmaLayout {
   static constexpr int kPassRows = kGroups * kRowsPerLane;  // rows a consumer warp holds at once
   static constexpr int kPasses = sizeof(TS) == 4 ? GDN_TMA_PASSES_F32 : GDN_TMA_PASSES_16;
   static constexpr int kItemRows = kPassRows * kPasses;
-  static constexpr int kConsumers = GDN_TMA_CONSUMERS, kThreads = (kConsumers + 1) * 32;
+  // warps: consumers, the producer, and (fused) the conv warp
+  static constexpr int kConsumers = kFused ? GDN_TMA_CONSUMERS - 1 : GDN_TMA_CONSUMERS;
+  static constexpr int kThreads = (kConsumers + 1 + (kFused ? 1 : 0)) * 32;
   static constexpr int kTile = kItemRows * KP * static_cast<int>(sizeof(TS));
   static constexpr int kQK = KP * static_cast<int>(sizeof(TAct));
   static constexpr int kV = kItemRows * static_cast<int>(sizeof(TAct));

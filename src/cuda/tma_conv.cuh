@@ -1,0 +1,122 @@
+// src/cuda/tma_conv.cuh — the conv warp of the pipelined fused step (recurrent_tma.cuh, kFused):
+// per (sequence, key head) group of its block, the conv of the group's channels for the sequence's
+// first kTok tokens into a shared-memory group buffer, and their conv pool rows; group_conv.cuh
+// holds the per-chunk arithmetic.
+#pragma once
+#include "cuda/conv_tok.cuh"
+#include "cuda/tma_item.cuh"
+#include "cuda/tma_util.cuh"
+
+namespace gdn::cuda {
+
+// The conv of a short group (<= kTok tokens): what group_conv.cuh needs from the item metadata.
+template <typename TAct, int KP, int kTok>
+__device__ __forceinline__ GroupConv group_conv_of(const RecurrentParams& p, const TmaMeta<kTok>& m) {
+  const GroupMeta& g = p.group[m.gi];
+  const auto& PL = p.src.proj;
+  const int h = m.hv / p.r, rv = p.r * PL.V;
+  GroupConv gc;
+  gc.q0 = h * PL.K, gc.k0 = PL.H * PL.K + h * PL.K, gc.v0 = 2 * PL.H * PL.K + h * rv;  // first conv channels
+  gc.KP = KP, gc.chunks = (2 * KP + rv) / gc_ch<TAct>();
+  gc.slot0 = m.slot0, gc.base = m.base, gc.begin = m.begin;
+  gc.len = static_cast<int>(m.len < kTok ? m.len : kTok);
+  gc.nt = g.spec ? (gc.len < g.cols ? gc.len : static_cast<int>(g.cols)) : gc.len;
+  gc.window = (m.flags & kTmaInit) || g.spec;
+  return gc;
+}
+
+// Broadcast of lane u's item metadata (the fields group_conv_warp reads).
+template <int kTok>
+__device__ __forceinline__ TmaMeta<kTok> meta_of_lane(const TmaMeta<kTok>& m, int u) {
+  TmaMeta<kTok> b{};
+  auto sh64 = [&](int64_t x) { return static_cast<int64_t>(__shfl_sync(0xffffffffu, static_cast<long long>(x), u)); };
+  b.begin = sh64(m.begin), b.len = sh64(m.len), b.slot0 = sh64(m.slot0);
+  b.base = __shfl_sync(0xffffffffu, m.base, u), b.flags = __shfl_sync(0xffffffffu, m.flags, u);
+  b.gi = __shfl_sync(0xffffffffu, m.gi, u), b.i = __shfl_sync(0xffffffffu, m.i, u);
+  b.hv = __shfl_sync(0xffffffffu, m.hv, u);
+  return b;
+}
+
+// Fused, the conv warp for group gq of its block (m: the metadata of its first item): waits until
+// every item of the group that used the buffer before is done (gdone), computes the conv of the
+// group's channels for the first kTok tokens into the group buffer and writes their conv pool rows
+// — in one pass for a short sequence (group_conv.cuh: every input of a chunk requested at once),
+// else chunk by chunk and the pool rows after — and every lane arrives on gready (consumers wait on
+// it before reading the buffer).
+template <typename TAct, int KP, int kTok>
+__device__ __noinline__ void group_conv_warp(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
+                                             TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
+  constexpr int kRow = tma_group_row(KP), CH = gc_ch<TAct>();
+  const int gs = gq % bufs;
+  mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
+  if (m.flags & (kTmaSkip | kTmaPad)) {
+    mbar_arrive(&gready[gs]);
+    return;
+  }
+  const GroupMeta& g = p.group[m.gi];
+  TAct* buf = gbuf + gs * (kTok * kRow);
+  const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
+  if (m.len <= kTok) {  // decode and verify: one pass, loads before stores
+    int64_t xr[kTok];
+    gc_rows<kTok>(p, g, gc, xr);
+    constexpr int kB = GDN_TMA_CONV_KB;  // chunks requested at once
+    using C = GcChunk<TAct, kTok>;
+    for (int cb = lane; cb < gc.chunks; cb += 32 * kB) {
+      C in[kB];
+#pragma unroll
+      for (int b = 0; b < kB; ++b)
+        if (cb + 32 * b < gc.chunks) gc_load_global<TAct, kTok>(p, gc, xr, gc.channel((cb + 32 * b) * CH), in[b]);
+#pragma unroll
+      for (int b = 0; b < kB; ++b) {
+        if (cb + 32 * b >= gc.chunks) continue;
+        TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel((cb + 32 * b) * CH);
+        gc_finish<TAct, kTok>(p, g, gc, in[b], (cb + 32 * b) * CH, buf, kRow, [&](int row, const typename C::Vec& v) {
+          *reinterpret_cast<typename C::Vec*>(col + row * p.conv.D) = v;
+        });
+      }
+    }
+    mbar_arrive(&gready[gs]);
+    return;
+  }
+  for (int t = 0; t < kTok; ++t) {  // longer sequences: chunk by chunk, the first kTok tokens
+    const ConvPos<TAct> cp = conv_pos<TAct>(p, m.slot0, m.base, gc.window, m.begin, t);
+    for (int cc = lane; cc < gc.chunks; cc += 32) {
+      const int c = cc * CH;  // [q | k | v] index
+      float y[CH];
+      conv_chunk<TAct, CH>(p, g, cp, gc.channel(c), y);
+#pragma unroll
+      for (int e = 0; e < CH; ++e) buf[t * kRow + c + e] = from_float<TAct>(y[e]);  // exact: y is rounded
+    }
+  }
+  mbar_arrive(&gready[gs]);
+  __syncwarp();  // every lane's window reads are done
+  const rules::TokenRange tr{m.begin, m.len};
+  const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (m.flags & kTmaInit) != 0, true,
+                                   p.conv.W);
+  pool_update<TAct>(p, g, cs, gc.q0, KP, lane);  // K == KP (host)
+  pool_update<TAct>(p, g, cs, gc.k0, KP, lane);
+  pool_update<TAct>(p, g, cs, gc.v0, p.r * p.src.proj.V, lane);
+}
+
+// Fused, the conv warp: resolves 32 of the block's groups at once (lane u: the first item of group
+// g0 + u), then computes them in order (group_conv_warp), up to kGroupBufs - 1 groups ahead of the
+// consumers.
+template <typename TAct, typename TS, int KP, int kTok>
+__device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg, int nk, TAct* gbuf, uint64_t* gdone,
+                                           uint64_t* gready, int lane, long long* prof) {
+  using Lay = TmaLayout<TAct, TS, KP, kTok, true>;
+  const int ng = nk / tg.group_items;
+  for (int g0 = 0; g0 < ng; g0 += 32) {
+    TMA_T0(t_res);
+    TmaMeta<kTok> m{};
+    if (g0 + lane < ng) m = resolve_item<TAct, TS, KP, kTok, true>(p, tg, (g0 + lane) * tg.group_items).m;
+    TMA_ADD(prof[0], t_res);
+    TMA_T0(t_cv);
+    for (int u = 0; u < 32 && g0 + u < ng; ++u)
+      group_conv_warp<TAct, KP, kTok>(p, meta_of_lane<kTok>(m, u), g0 + u, Lay::kGroupBufs, gbuf, gdone, gready, lane);
+    TMA_ADD(prof[2], t_cv);  // profile: the conv warp's "recur" column is its group loop
+  }
+  (void)prof;
+}
+
+}  // namespace gdn::cuda
