@@ -62,10 +62,12 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
     const bool off = env_equals("GDN_CUDA_TMA", "0"), force = env_equals("GDN_CUDA_TMA", "1");
     if (off || p.kv_layout || !p.state_vec || p.K != KP) return std::nullopt;
     constexpr int64_t kMinSeqHeads = sizeof(TS) == 4 ? GDN_TMA_MIN_SEQHEADS_F32 : GDN_TMA_MIN_SEQHEADS_16;
-    if (!force && nseq * p.HV < kMinSeqHeads) return std::nullopt;
+    if (!force && !kFused && nseq * p.HV < kMinSeqHeads) return std::nullopt;
     if constexpr (kFused) {
-      // The fused step from the same batch size on: on the H200 it is faster than the cluster kernel
-      // (fused_step.cuh) from N = 16 on since its conv has its own warp (bench/RESULTS.md, step 41).
+      // The fused step shares whole (sequence, key head) groups among its blocks: from
+      // GDN_TMA_MIN_GROUPS_FUSED groups on (H200, bench/RESULTS.md step 41: faster than the cluster
+      // kernel of fused_step.cuh at 256 groups and more, slower at 64: f32 23.0 vs 13.9 µs).
+      if (!force && nseq * p.H < GDN_TMA_MIN_GROUPS_FUSED) return std::nullopt;
       if (!aligned16(p.src.qkvz, p.src.qkvz_rs, sizeof(TAct)) ||
           !aligned16(p.conv.state, p.conv.slot_stride, sizeof(TAct)) || p.conv.D % 8 != 0 || p.conv.W < 2 ||
           p.conv.W > kMaxW || p.src.proj.K != KP || p.src.proj.V % 8 != 0)

@@ -31,6 +31,9 @@ namespace gdn::cuda {
 #ifndef GDN_TMA_MIN_SEQHEADS_16
 #define GDN_TMA_MIN_SEQHEADS_16 384
 #endif
+#ifndef GDN_TMA_MIN_GROUPS_FUSED  // gdn_attention's step: sequences x key heads
+#define GDN_TMA_MIN_GROUPS_FUSED 256
+#endif
 #ifndef GDN_TMA_EVICT  // state tiles loaded with an L2 evict-first policy (read once)
 #define GDN_TMA_EVICT 1
 #endif
