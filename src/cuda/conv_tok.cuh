@@ -109,21 +109,21 @@ __device__ __forceinline__ void conv_v(const RecurrentParams& p, const GroupMeta
   for (int j = 0; j < R; ++j) vv[j] = __shfl_sync(0xffffffffu, y[0], lane - ln + j);
 }
 
-// Pool rows of conv channels [c0, c0 + n) of one sequence, thread `lane` of nthr taking every nthr-th one,
+// Pool rows of conv channels [c0, c0 + n) of one sequence, lanes of a warp taking every 32nd one,
 // as conv_channel writes them for the fused step (rolling verify: rows 0..W-3 <- old rows
 // base+1..base+W-2, row W-2+t <- u_t for t < min(len, cols); else the last W-1 inputs of
 // (window ++ tokens)). Up to kB channels per lane at once, all loads before the stores; sequences
 // that store more than kMaxW - 1 tokens go through conv_channel.
 template <typename TAct>
 __device__ __forceinline__ void pool_update(const RecurrentParams& p, const GroupMeta& g, const ConvSeq& cs, int c0,
-                                            int n, int lane, int nthr = 32) {
+                                            int n, int lane) {
   constexpr int kB = 4, kM = kMaxW - 1;
   const int W = p.conv.W;
   const int64_t nt = cs.spec ? (cs.tr.len < g.cols ? cs.tr.len : g.cols) : cs.tr.len - cs.t0;  // tokens kept
   TAct* pool = static_cast<TAct*>(p.conv.state);
   const int64_t D = p.conv.D;
   if (nt > kM) {
-    for (int c = c0 + lane; c < c0 + n; c += nthr) {
+    for (int c = c0 + lane; c < c0 + n; c += 32) {
       switch (W) {
         case 2: conv_channel<TAct, 2, true>(p.conv, p.src, g, cs, c, nullptr, 0, p.has_null, p.null_id); break;
         case 3: conv_channel<TAct, 3, true>(p.conv, p.src, g, cs, c, nullptr, 0, p.has_null, p.null_id); break;
@@ -135,11 +135,11 @@ __device__ __forceinline__ void pool_update(const RecurrentParams& p, const Grou
   }
   const bool window = cs.init || cs.spec;
   TAct* slot = pool + cs.slot0 * p.conv.slot_stride;  // rolling: read and written in place
-  for (int cb = c0; cb < c0 + n; cb += nthr * kB) {
+  for (int cb = c0; cb < c0 + n; cb += 32 * kB) {
     TAct win[kB][kM], x[kB][kM];
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
-      const int c = cb + lane + nthr * b;
+      const int c = cb + lane + 32 * b;
       const bool on = c < c0 + n;
       const int col = p.src.proj.conv_col(on ? c : c0);
 #pragma unroll
@@ -150,7 +150,7 @@ __device__ __forceinline__ void pool_update(const RecurrentParams& p, const Grou
     }
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
-      const int c = cb + lane + nthr * b;
+      const int c = cb + lane + 32 * b;
       if (c >= c0 + n) continue;
       if (cs.spec) {
 #pragma unroll

@@ -4,7 +4,8 @@
 //   grid  = min(items, resident blocks) persistent blocks; block b takes items b, b + grid, ...
 //   item  = kItemRows rows (8 x passes) of one (sequence, value head): contiguous bytes of a dense
 //           "vk" slot; items ordered (sequence, value head, row tile)
-//   block = kConsumers consumer warps + 1 producer warp; S stages of shared memory in a ring
+//   block = kConsumers consumer warps + 1 producer warp (+ 1 conv warp, fused); S stages of shared
+//           memory in a ring
 // recurrent_kernel's one-warp blocks each resolve their sequence, load their rows, wait, compute and
 // exit: the warp holds no bytes in flight during the metadata round trip and the compute, and a
 // register holds 4 (float32) or 2 (16-bit) bytes of state. Here the producer warp resolves 32 items
