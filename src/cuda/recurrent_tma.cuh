@@ -33,9 +33,10 @@
 // group arrives on) and writes their conv pool rows: it is the windows' only reader, since tokens
 // past kTok take no window tap. Its own warp, so that neither the producer's copies nor the
 // consumers wait for the conv's round trips (when the producer computed it, steps 35-39 in
-// bench/RESULTS.md, it delayed the copies). Items of a sequence longer than kTok go through an
-// out-of-line copy of the item code (tma_item_long) that computes the later tokens' conv from the
-// qkvz rows (conv_tok.cuh). Consumer warps copy z first. The host side is in tma_launch.cuh.
+// bench/RESULTS.md, it delayed the copies). From a consumer's first item of a sequence longer than
+// kTok on, an out-of-line copy of its loop (tma_consume_long) takes its items: it computes the later
+// tokens' conv from the qkvz rows (conv_tok.cuh). Consumer warps copy z first. The host side is in
+// tma_launch.cuh.
 #pragma once
 #include "cuda/tma_conv.cuh"
 
@@ -176,7 +177,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
 #pragma unroll
           for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
       }
-      // fused: items of a sequence longer than kTok go through tma_item_long
+      // fused: items of a sequence longer than kTok go through the kLong copy
       const int64_t nt = kFused && !kLong ? ntok : tr.len;
       for (int64_t t = 0; t < nt; ++t) {
         float kr[EPL], qr[EPL], vv[R];
@@ -235,16 +236,51 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
     }
   }
 }
-// Fused: an item of a sequence longer than kTok, out of line so that the decode and verify items'
-// registers do not have to make room for the late tokens' conv (H200: 96 vs 112 µs at N = 64).
+// Where a consumer warp is in its items: item k, its stage and the parity of the stage's use.
+struct ConsumerPos {
+  int k, st;
+  uint32_t phase;
+};
+
+// A consumer warp's items from c on (the block's items warp, warp + kConsumers, ...). Fused and not
+// kLong: returns at the first item of a sequence longer than kTok (its stage still held), which
+// the kLong copy (tma_consume_long) then takes with every item after it: so the loop of decode and
+// verify batches carries neither the late tokens' conv nor a call.
+template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kLong>
+__device__ __forceinline__ ConsumerPos tma_consume_from(const RecurrentParams& p, TmaGrid tg, int nk,
+                                                        const uint8_t* stages, uint64_t* full, uint64_t* empty,
+                                                        const TAct* gbuf, uint64_t* gdone, uint64_t* gready,
+                                                        int lane, long long* prof, ConsumerPos c) {
+  using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
+  for (; c.k < nk; c.k += Lay::kConsumers) {
+    TMA_T0(t_wait);
+    mbar_wait(&full[c.st], c.phase);
+    if constexpr (kFused) {  // the group buffer is written
+      const int gq = c.k / tg.group_items;
+      mbar_wait(&gready[gq % Lay::kGroupBufs], static_cast<uint32_t>(gq / Lay::kGroupBufs) & 1u);
+    }
+    TMA_ADD(prof[1], t_wait);
+    const uint8_t* sb = stages + c.st * Lay::kStage;
+    if constexpr (kFused && !kLong)
+      if (reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta)->len > kTok) return c;
+    tma_item<TAct, TS, KP, kTok, kFused, kLong>(p, tg, c.k, sb, gbuf, lane, prof);
+    if constexpr (kFused) mbar_arrive(&gdone[(c.k / tg.group_items) % Lay::kGroupBufs]);  // done with the buffer
+    mbar_arrive(&empty[c.st]);  // every lane: its reads of the stage are done
+    c.st += Lay::kConsumers;
+    if (c.st >= tg.stages) c.st -= tg.stages, c.phase ^= 1u;
+  }
+  return c;
+}
 template <typename TAct, typename TS, int KP, int kTok>
-__device__ __noinline__ void tma_item_long(const RecurrentParams& p, TmaGrid tg, int k, const uint8_t* sb,
-                                           const TAct* gbuf, int lane, long long* prof) {
-  tma_item<TAct, TS, KP, kTok, true, true>(p, tg, k, sb, gbuf, lane, prof);
+__device__ __noinline__ ConsumerPos tma_consume_long(const RecurrentParams& p, TmaGrid tg, int nk,
+                                                     const uint8_t* stages, uint64_t* full, uint64_t* empty,
+                                                     const TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane,
+                                                     long long* prof, ConsumerPos c) {
+  return tma_consume_from<TAct, TS, KP, kTok, true, true>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane,
+                                                          prof, c);
 }
 
-// A consumer warp: its items (the block's items warp, warp + kConsumers, ...), every token of each,
-// in passes of kPassRows rows. Fused: q, k of the first kTok tokens from the group buffer.
+// A consumer warp: z first (fused), then its items.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int nk, const uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, const TAct* gbuf, uint64_t* gdone,
@@ -254,30 +290,11 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
   if constexpr (kFused)  // z: every row below num_actual_tokens, spread over the grid's consumer warps
     copy_z<TAct, Lay::kConsumers * 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x);
   TMA_ADD(prof[0], t_z);
-  int st = warp;  // stage of item k and the parity of its use (stages > kConsumers: host)
-  uint32_t phase = 0;
-  for (int k = warp; k < nk; k += Lay::kConsumers) {
-    TMA_T0(t_wait);
-    mbar_wait(&full[st], phase);
-    if constexpr (kFused) {  // the group buffer is written
-      const int gq = k / tg.group_items;
-      mbar_wait(&gready[gq % Lay::kGroupBufs], static_cast<uint32_t>(gq / Lay::kGroupBufs) & 1u);
-    }
-    TMA_ADD(prof[1], t_wait);
-    const uint8_t* sb = stages + st * Lay::kStage;
-    if constexpr (kFused) {
-      if (reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta)->len > kTok)
-        tma_item_long<TAct, TS, KP, kTok>(p, tg, k, sb, gbuf, lane, prof);
-      else
-        tma_item<TAct, TS, KP, kTok, kFused, false>(p, tg, k, sb, gbuf, lane, prof);
-    } else {
-      tma_item<TAct, TS, KP, kTok, kFused, false>(p, tg, k, sb, gbuf, lane, prof);
-    }
-    if constexpr (kFused) mbar_arrive(&gdone[(k / tg.group_items) % Lay::kGroupBufs]);  // done with the buffer
-    mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
-    st += Lay::kConsumers;
-    if (st >= tg.stages) st -= tg.stages, phase ^= 1u;
-  }
+  ConsumerPos c{warp, warp, 0u};  // stages > kConsumers (host)
+  c = tma_consume_from<TAct, TS, KP, kTok, kFused, false>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane,
+                                                          prof, c);
+  if constexpr (kFused)
+    if (c.k < nk) tma_consume_long<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane, prof, c);
   if constexpr (GDN_TMA_BULK_STORE != 0)
     if (lane == 0) bulk_store_wait();
 }
