@@ -252,24 +252,26 @@ __device__ __forceinline__ ConsumerPos tma_consume_from(const RecurrentParams& p
                                                         const TAct* gbuf, uint64_t* gdone, uint64_t* gready,
                                                         int lane, long long* prof, ConsumerPos c) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
-  for (; c.k < nk; c.k += Lay::kConsumers) {
+  int st = c.st;
+  uint32_t phase = c.phase;
+  for (int k = c.k; k < nk; k += Lay::kConsumers) {
     TMA_T0(t_wait);
-    mbar_wait(&full[c.st], c.phase);
+    mbar_wait(&full[st], phase);
     if constexpr (kFused) {  // the group buffer is written
-      const int gq = c.k / tg.group_items;
+      const int gq = k / tg.group_items;
       mbar_wait(&gready[gq % Lay::kGroupBufs], static_cast<uint32_t>(gq / Lay::kGroupBufs) & 1u);
     }
     TMA_ADD(prof[1], t_wait);
-    const uint8_t* sb = stages + c.st * Lay::kStage;
+    const uint8_t* sb = stages + st * Lay::kStage;
     if constexpr (kFused && !kLong)
-      if (reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta)->len > kTok) return c;
-    tma_item<TAct, TS, KP, kTok, kFused, kLong>(p, tg, c.k, sb, gbuf, lane, prof);
-    if constexpr (kFused) mbar_arrive(&gdone[(c.k / tg.group_items) % Lay::kGroupBufs]);  // done with the buffer
-    mbar_arrive(&empty[c.st]);  // every lane: its reads of the stage are done
-    c.st += Lay::kConsumers;
-    if (c.st >= tg.stages) c.st -= tg.stages, c.phase ^= 1u;
+      if (reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta)->len > kTok) return ConsumerPos{k, st, phase};
+    tma_item<TAct, TS, KP, kTok, kFused, kLong>(p, tg, k, sb, gbuf, lane, prof);
+    if constexpr (kFused) mbar_arrive(&gdone[(k / tg.group_items) % Lay::kGroupBufs]);  // done with the buffer
+    mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
+    st += Lay::kConsumers;
+    if (st >= tg.stages) st -= tg.stages, phase ^= 1u;
   }
-  return c;
+  return ConsumerPos{nk, st, phase};
 }
 template <typename TAct, typename TS, int KP, int kTok>
 __device__ __noinline__ ConsumerPos tma_consume_long(const RecurrentParams& p, TmaGrid tg, int nk,
