@@ -1,5 +1,5 @@
 // CUDA tests of the pipelined sm_90 kernels (src/cuda/recurrent_tma.cuh) on every batch, whatever
-// its size (the default choice takes them only for large batches):
+// its size (the default choice takes them only for large batches), and of that choice:
 //   CudaPipelinedFused.MixedBatchesMatchTheCpu: gdn_attention with GDN_CUDA_TMA=1 (the fused step
 //     on the pipelined kernel, K = 128) over random mixed batches — prefills up to 20 tokens (tokens
 //     past the 4 whose conv the conv warp computes), 1-token prefills without initial state, decodes,
@@ -7,6 +7,8 @@
 //     rows (non-spec only), both qkvz layouts, r = 2 and 3, float32 and bf16 state — equals the CPU reference
 //     (outputs, z, both pools, sentinels untouched), and its z and conv pool equal, byte for byte,
 //     those of the other kernels (GDN_CUDA_TMA=0: the cluster kernel of fused_step.cuh).
+//   CudaFusedDefault.ModelShapeBatchesMatchTheCpu: the default choice at the Qwen3-Next TP1 shape,
+//     288 (sequence, key head) groups (the pipelined fused step) and 64 (the cluster kernel).
 // Tolerances as in test_cuda_graph.cpp (1e-5 for float32 activations and state, 1e-2 when either is
 // 16-bit; copies of input bits exact). Skips without a GPU; kernels that cannot run (no sm_90) fall
 // back to the other kernels, which must match the CPU just the same.
@@ -94,9 +96,51 @@ INSTANTIATE_TEST_SUITE_P(
                       PipeParam{DType::kFloat32, DType::kFloat32, 2, 4, 64, false, false, false}),
     [](const ::testing::TestParamInfo<PipeParam>& i) { return param_str(i.param); });
 
+// The default kernel choice at the Qwen3-Next TP1 shape (H 16, HV 32, K = V 128, bf16
+// activations): 18 sequences (8 decodes, 6 verify, 2 prefills of up to 12 tokens, 2 padding) are
+// 288 (sequence, key head) groups, so on sm_90 the default runs the pipelined fused step
+// (GDN_TMA_MIN_GROUPS_FUSED = 256), with its long-sequence hand-over; 4 sequences (64 groups) keep
+// the cluster kernel. Each equals the CPU and, in z and the conv pool, the GDN_CUDA_TMA=0 run.
+class CudaFusedDefault : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaFusedDefault, ModelShapeBatchesMatchTheCpu) {
+  GRAPH_SKIP_WITHOUT_GPU();
+  for (const bool large : {true, false}) {
+    Rng r(9700u + (large ? 1 : 0) + (GetParam() == DType::kFloat32 ? 10 : 0));
+    AttnProblem p;
+    p.act = DType::kBFloat16; p.ssm_dtype = GetParam(); p.H = 16; p.HV = 32; p.K = 128; p.V = 128; p.cols = 4;
+    MixOptions m;
+    if (large) m.n_prefill = 2, m.max_prefill = 12, m.n_decode = 8, m.n_spec = 6;
+    else m.n_prefill = 1, m.n_decode = 1, m.n_spec = 1, m.n_pad_ns = 1, m.n_pad_spec = 0;
+    make_mixed_batch(p, r, m);
+    fill_attention_data(p, r);
+    SCOPED_TRACE(describe(p));
+    Buf core, z;
+    make_outputs(p, &core, &z, 0);
+    AttnOut chosen, plain;
+    {
+      ScopedEnv env("GDN_CUDA_TMA", nullptr);  // the default choice, also in the "tma:" run
+      chosen = run_device(p, core, z);
+    }
+    {
+      ScopedEnv env("GDN_CUDA_TMA", "0");
+      plain = run_device(p, core, z);
+    }
+    AttnOut ref;
+    PROP_ASSERT_OK(cpu_attention(p, core, z, &ref));
+    expect_attention_match(p, chosen, ref, core, z, tol_of(p.act, p.ssm_dtype));
+    EXPECT_TRUE(chosen.z.same_bytes(plain.z)) << "z: " << byte_diff(chosen.z, plain.z);
+    EXPECT_TRUE(chosen.conv.same_bytes(plain.conv)) << "conv_state: " << byte_diff(chosen.conv, plain.conv);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaFusedDefault, ::testing::Values(DType::kFloat32, DType::kBFloat16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string("ssm") + dtype_short(i.param); });
+
 }  // namespace
 }  // namespace gdn::prop
 #else  // !GDN_WITH_CUDA
 #include <gtest/gtest.h>
 TEST(CudaPipelinedFused, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+TEST(CudaFusedDefault, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 #endif
