@@ -50,6 +50,27 @@ AttnOut run_device(AttnProblem& p, Buf& core, Buf& z) {
   return out;
 }
 
+// gdn_attention on p with GDN_CUDA_TMA = tma (nullptr: unset) equals the CPU, and its z and conv
+// pool equal byte for byte those of GDN_CUDA_TMA=0 (no pipelined kernel).
+void expect_cpu_and_plain_match(AttnProblem& p, const char* tma) {
+  Buf core, z;
+  make_outputs(p, &core, &z, 0);
+  AttnOut got, plain;
+  {
+    ScopedEnv env("GDN_CUDA_TMA", tma);
+    got = run_device(p, core, z);
+  }
+  {
+    ScopedEnv env("GDN_CUDA_TMA", "0");
+    plain = run_device(p, core, z);
+  }
+  AttnOut ref;
+  PROP_ASSERT_OK(cpu_attention(p, core, z, &ref));
+  expect_attention_match(p, got, ref, core, z, tol_of(p.act, p.ssm_dtype));
+  EXPECT_TRUE(got.z.same_bytes(plain.z)) << "z: " << byte_diff(got.z, plain.z);
+  EXPECT_TRUE(got.conv.same_bytes(plain.conv)) << "conv_state: " << byte_diff(got.conv, plain.conv);
+}
+
 TEST_P(CudaPipelinedFused, MixedBatchesMatchTheCpu) {
   GRAPH_SKIP_WITHOUT_GPU();
   const PipeParam& prm = GetParam();
@@ -68,22 +89,7 @@ TEST_P(CudaPipelinedFused, MixedBatchesMatchTheCpu) {
     make_mixed_batch(p, r, m);
     fill_attention_data(p, r);
     SCOPED_TRACE(describe(p));
-    Buf core, z;
-    make_outputs(p, &core, &z, 0);
-    AttnOut piped, plain;
-    {
-      ScopedEnv env("GDN_CUDA_TMA", "1");
-      piped = run_device(p, core, z);
-    }
-    {
-      ScopedEnv env("GDN_CUDA_TMA", "0");
-      plain = run_device(p, core, z);
-    }
-    AttnOut ref;
-    PROP_ASSERT_OK(cpu_attention(p, core, z, &ref));
-    expect_attention_match(p, piped, ref, core, z, tol_of(p.act, p.ssm_dtype));
-    EXPECT_TRUE(piped.z.same_bytes(plain.z)) << "z: " << byte_diff(piped.z, plain.z);
-    EXPECT_TRUE(piped.conv.same_bytes(plain.conv)) << "conv_state: " << byte_diff(piped.conv, plain.conv);
+    expect_cpu_and_plain_match(p, "1");
   }
 }
 
@@ -115,22 +121,7 @@ TEST_P(CudaFusedDefault, ModelShapeBatchesMatchTheCpu) {
     make_mixed_batch(p, r, m);
     fill_attention_data(p, r);
     SCOPED_TRACE(describe(p));
-    Buf core, z;
-    make_outputs(p, &core, &z, 0);
-    AttnOut chosen, plain;
-    {
-      ScopedEnv env("GDN_CUDA_TMA", nullptr);  // the default choice, also in the "tma:" run
-      chosen = run_device(p, core, z);
-    }
-    {
-      ScopedEnv env("GDN_CUDA_TMA", "0");
-      plain = run_device(p, core, z);
-    }
-    AttnOut ref;
-    PROP_ASSERT_OK(cpu_attention(p, core, z, &ref));
-    expect_attention_match(p, chosen, ref, core, z, tol_of(p.act, p.ssm_dtype));
-    EXPECT_TRUE(chosen.z.same_bytes(plain.z)) << "z: " << byte_diff(chosen.z, plain.z);
-    EXPECT_TRUE(chosen.conv.same_bytes(plain.conv)) << "conv_state: " << byte_diff(chosen.conv, plain.conv);
+    expect_cpu_and_plain_match(p, nullptr);  // the default choice, also in the "tma:" run
   }
 }
 
