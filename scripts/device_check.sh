@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine: build with CUDA (Release), run the whole test suite for real, replay the
 # golden cases on the CUDA backend, report kernel resources, and optionally run tools passed as
-# STAGES (space-separated: tests replay ptxas sanitize bench peers python). Logs go to $OUT (or ./device-out).
+# STAGES (space-separated: tests replay ptxas sanitize sanitize_tma bench peers python). Logs go to $OUT (or ./device-out).
 set -uo pipefail
 OUT=${OUT:-device-out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
-STAGES=${STAGES:-"tests replay ptxas"}  # also: sanitize bench peers python
+STAGES=${STAGES:-"tests replay ptxas"}  # also: sanitize sanitize_tma bench peers python
 B=build-dev
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 ${CMAKE_EXTRA:-} > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build $B -j 16 > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
@@ -19,6 +19,10 @@ for s in $STAGES; do
       timeout ${MEMCHECK_S:-150} compute-sanitizer --tool memcheck --print-limit 20 $B/bin/gdn_tests --gtest_filter="*cuda*" > "$OUT/sanitize_memcheck.log" 2>&1; echo "memcheck rc=$?"
       timeout ${RACECHECK_S:-90} compute-sanitizer --tool racecheck --print-limit 20 $B/bin/gdn_tests --gtest_filter="Golden*cuda*:*Hostile*cuda*:*Verify*cuda*" > "$OUT/sanitize_racecheck.log" 2>&1; echo "racecheck rc=$?"
       grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|PASSED|FAILED" "$OUT"/sanitize_*.log | sort | uniq -c | head -12 ;;
+    sanitize_tma) # the pipelined kernels forced everywhere (GDN_CUDA_TMA=1): memcheck and racecheck of their tests
+      GDN_CUDA_TMA=1 timeout ${MEMCHECK_S:-150} compute-sanitizer --tool memcheck --print-limit 20 $B/bin/gdn_tests --gtest_filter="*Pipelined*:*FusedDefault*:*FusedLaunches*:*Golden*ttention*cuda*" > "$OUT/sanitize_tma_memcheck.log" 2>&1; echo "memcheck (tma) rc=$?"
+      GDN_CUDA_TMA=1 timeout ${RACECHECK_S:-90} compute-sanitizer --tool racecheck --print-limit 20 $B/bin/gdn_tests --gtest_filter="*PipelinedFused*:*FusedDefault*" > "$OUT/sanitize_tma_racecheck.log" 2>&1; echo "racecheck (tma) rc=$?"
+      grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT"/sanitize_tma_*.log | sort | uniq -c | head -12 ;;
     bench) $B/bin/gdn bench ${BENCH_ARGS:-} --out "$OUT/bench.json" > "$OUT/bench.log" 2>&1; echo "bench rc=$?"; tail -2 "$OUT/bench.log" ;;
     peers) timeout ${PEERS_S:-120} python3 bench/peers.py --peers vllm_sigmoid,vllm_recurrent,fla_recurrent --ours-json "$OUT/bench.json" --out "$OUT/peers.json" > "$OUT/peers.log" 2>&1; echo "peers rc=$?"; tail -3 "$OUT/peers.log" ;;
     python) GDN_SKIP_DEPS=1 timeout ${PYTHON_S:-200} make test-python BUILD=$B > "$OUT/python.log" 2>&1; echo "python rc=$?"; tail -15 "$OUT/python.log" ;;
