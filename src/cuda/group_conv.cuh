@@ -19,7 +19,6 @@ constexpr int gc_ch() {  // channels per chunk: one 16-byte vector
   return 16 / static_cast<int>(sizeof(TAct));
 }
 constexpr int kGcM = kMaxW - 1;
-constexpr int kGcMaxRV = 512;  // fused step groups: r V at most this (host)
 
 // What the conv of a group needs (warp-uniform).
 struct GroupConv {

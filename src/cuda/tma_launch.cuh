@@ -94,7 +94,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       int64_t work = items;  // what the blocks share out: items, or (fused) whole key-head groups
       if constexpr (kFused) {
         work = nseq * p.H;
-        if (p.HV != p.H * p.r || p.r * p.V > Lay::kMaxRV || p.V % 4 != 0) return std::nullopt;
+        if (p.HV != p.H * p.r || p.r * p.V > kTmaMaxRV) return std::nullopt;  // V (= proj.V) % 8: above
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       return Launch(static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream)(

@@ -136,8 +136,8 @@ struct TmaMeta {
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 // Fused: a group buffer's token row is [q | k | v of the key head's r value heads], r V at most
-// kTmaMaxRV (host).
-constexpr int kTmaMaxRV = kGcMaxRV;
+// kTmaMaxRV (checked on the host).
+constexpr int kTmaMaxRV = 512;
 constexpr int tma_group_row(int KP) { return 2 * KP + kTmaMaxRV; }
 
 template <typename TAct, typename TS, int KP, int kTok, bool kFused = false>
@@ -160,7 +160,6 @@ struct TmaLayout {
   static constexpr int kStage = round_up(kOffMeta + static_cast<int>(sizeof(TmaMeta<kTok>)), 128);
   static constexpr int kMaxStages = 64;
   // fused: group buffers (conv outputs [q | k | v] of kTok tokens, activation dtype)
-  static constexpr int kMaxRV = kTmaMaxRV;
   static constexpr int kGroupRow = tma_group_row(KP);
   static constexpr int kGroupBufs = kFused ? GDN_TMA_GROUP_BUFS : 0, kGroupElems = kTok * kGroupRow;
   // barriers: full and empty per stage, gdone and gready per group buffer
