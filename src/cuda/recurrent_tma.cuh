@@ -257,11 +257,16 @@ __device__ __forceinline__ ConsumerPos tma_consume_from(const RecurrentParams& p
   for (int k = c.k; k < nk; k += Lay::kConsumers) {
     TMA_T0(t_wait);
     mbar_wait(&full[st], phase);
+    TMA_ADD(prof[1], t_wait);
     if constexpr (kFused) {  // the group buffer is written
+      TMA_T0(t_gw);
       const int gq = k / tg.group_items;
       mbar_wait(&gready[gq % Lay::kGroupBufs], static_cast<uint32_t>(gq / Lay::kGroupBufs) & 1u);
+      TMA_ADD(prof[4], t_gw);
     }
-    TMA_ADD(prof[1], t_wait);
+#if GDN_TMA_PROFILE
+    if (prof[5] < 0) prof[5] += clock64();  // when the first item starts
+#endif
     const uint8_t* sb = stages + st * Lay::kStage;
     if constexpr (kFused && !kLong)
       if (reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta)->len > kTok) return ConsumerPos{k, st, phase};
@@ -292,7 +297,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
   if constexpr (kFused)  // z: every row below num_actual_tokens, spread over the grid's consumer warps
     copy_z<TAct, Lay::kConsumers * 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x);
   TMA_ADD(prof[0], t_z);
-  ConsumerPos c{warp, warp, 0u};  // stages > kConsumers (host)
+  ConsumerPos c{warp, warp, 0u};  // stages: a multiple of kConsumers (host)
   c = tma_consume_from<TAct, TS, KP, kTok, kFused, false>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane,
                                                           prof, c);
   if constexpr (kFused)
@@ -328,11 +333,13 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   }
   // profile: resolve (producer) / inputs, conv shares, z (consumers); barrier waits; recurrence
   // (producer: waits for free group buffers); stores (producer: copy issue)
-  long long prof[4] = {0, 0, 0, 0};
+  // (fused consumers: [4] waits for the group buffer, [5] cycle of the first item's start)
+  long long prof[6] = {0, 0, 0, 0, 0, 0};
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
   if (threadIdx.x == 0) s_launch = blockIdx.x == 0 ? atomicAdd(&g_tma_launches, 1) : -1;
   const long long t_all = clock64();
+  prof[5] = -t_all;
 #endif
   __syncthreads();
   int nk;
@@ -349,12 +356,13 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   } else if (warp < Lay::kConsumers) {
     tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
   } else if constexpr (kFused) {
-    tma_conv_warp<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gdone, gready, lane, prof);
+    tma_conv_warp<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gdone, gready, warp - Lay::kConsumers - 1, Lay::kConvWarps, lane,
+                                      prof);
   }
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))  // the producer: every lane
-    printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld\n", nk,
-           warp, lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3]);
+    printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld gwait %lld "
+           "first %lld\n", nk, warp, lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3], prof[4], prof[5]);
 #else
   (void)prof;
 #endif

@@ -37,48 +37,15 @@ __device__ __forceinline__ TmaMeta<kTok> meta_of_lane(const TmaMeta<kTok>& m, in
   return b;
 }
 
-// Fused, the conv warp for group gq of its block (m: the metadata of its first item): waits until
-// every item of the group that used the buffer before is done (gdone), computes the conv of the
-// group's channels for the first kTok tokens into the group buffer and writes their conv pool rows
-// — in one pass for a short sequence (group_conv.cuh: every input of a chunk requested at once),
-// else chunk by chunk and the pool rows after — and every lane arrives on gready (consumers wait on
-// it before reading the buffer).
+// A longer sequence's group (> kTok tokens, a prefill in a mixed batch): chunk by chunk, the first
+// kTok tokens into the group buffer; gready once written (every lane arrives), then the pool rows.
 template <typename TAct, int KP, int kTok>
-__device__ __noinline__ void group_conv_warp(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
-                                             TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
+__device__ __noinline__ void group_conv_long(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf,
+                                             uint64_t* ready, int lane) {
   constexpr int kRow = tma_group_row(KP), CH = gc_ch<TAct>();
-  const int gs = gq % bufs;
-  mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
-  if (m.flags & (kTmaSkip | kTmaPad)) {
-    mbar_arrive(&gready[gs]);
-    return;
-  }
   const GroupMeta& g = p.group[m.gi];
-  TAct* buf = gbuf + gs * (kTok * kRow);
   const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
-  if (m.len <= kTok) {  // decode and verify: one pass, loads before stores
-    int64_t xr[kTok];
-    gc_rows<kTok>(p, g, gc, xr);
-    constexpr int kB = GDN_TMA_CONV_KB;  // chunks requested at once
-    using C = GcChunk<TAct, kTok>;
-    for (int cb = lane; cb < gc.chunks; cb += 32 * kB) {
-      C in[kB];
-#pragma unroll
-      for (int b = 0; b < kB; ++b)
-        if (cb + 32 * b < gc.chunks) gc_load_global<TAct, kTok>(p, gc, xr, gc.channel((cb + 32 * b) * CH), in[b]);
-#pragma unroll
-      for (int b = 0; b < kB; ++b) {
-        if (cb + 32 * b >= gc.chunks) continue;
-        TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel((cb + 32 * b) * CH);
-        gc_finish<TAct, kTok>(p, g, gc, in[b], (cb + 32 * b) * CH, buf, kRow, [&](int row, const typename C::Vec& v) {
-          *reinterpret_cast<typename C::Vec*>(col + row * p.conv.D) = v;
-        });
-      }
-    }
-    mbar_arrive(&gready[gs]);
-    return;
-  }
-  for (int t = 0; t < kTok; ++t) {  // longer sequences: chunk by chunk, the first kTok tokens
+  for (int t = 0; t < kTok; ++t) {
     const ConvPos<TAct> cp = conv_pos<TAct>(p, m.slot0, m.base, gc.window, m.begin, t);
     for (int cc = lane; cc < gc.chunks; cc += 32) {
       const int c = cc * CH;  // [q | k | v] index
@@ -88,7 +55,7 @@ __device__ __noinline__ void group_conv_warp(const RecurrentParams& p, const Tma
       for (int e = 0; e < CH; ++e) buf[t * kRow + c + e] = from_float<TAct>(y[e]);  // exact: y is rounded
     }
   }
-  mbar_arrive(&gready[gs]);
+  mbar_arrive(ready);
   __syncwarp();  // every lane's window reads are done
   const rules::TokenRange tr{m.begin, m.len};
   const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, false, (m.flags & kTmaInit) != 0, true,
@@ -98,23 +65,73 @@ __device__ __noinline__ void group_conv_warp(const RecurrentParams& p, const Tma
   pool_update<TAct>(p, g, cs, gc.v0, p.r * p.src.proj.V, lane);
 }
 
-// Fused, the conv warp: resolves 32 of the block's groups at once (lane u: the first item of group
-// g0 + u), then computes them in order (group_conv_warp), up to kGroupBufs - 1 groups ahead of the
-// consumers.
+// A short group's conv (len <= kTok: every decode and verify sequence) in one pass, chunks tid,
+// tid + n, ...: every input of a chunk requested at once (group_conv.cuh), then its conv outputs into
+// the group buffer and its new pool rows from the same registers.
+template <typename TAct, int KP, int kTok>
+__device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf, int tid,
+                                                 int n) {
+  constexpr int kRow = tma_group_row(KP), CH = gc_ch<TAct>();
+  using C = GcChunk<TAct, kTok>;
+  const GroupMeta& g = p.group[m.gi];
+  const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
+  int64_t xr[kTok];
+  gc_rows<kTok>(p, g, gc, xr);
+  for (int cc = tid; cc < gc.chunks; cc += n) {
+    C in;
+    gc_load_global<TAct, kTok>(p, gc, xr, gc.channel(cc * CH), in);
+    TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel(cc * CH);
+    gc_finish<TAct, kTok>(p, g, gc, in, cc * CH, buf, kRow, [&](int row, const typename C::Vec& v) {
+      *reinterpret_cast<typename C::Vec*>(col + row * p.conv.D) = v;
+    });
+  }
+}
+// Whether the conv of a group (m: its first item) is group_conv_short's.
+template <int kTok>
+__device__ __forceinline__ bool conv_is_short(const TmaMeta<kTok>& m) {
+  return !(m.flags & (kTmaSkip | kTmaPad)) && m.len <= kTok;
+}
+
+// Fused, a conv warp for group gq of its block (m: the metadata of its first item): waits until
+// every item of the group that used the buffer before is done (gdone), computes the conv of the
+// group's channels for the first kTok tokens into the group buffer and writes their conv pool rows
+// (group_conv_short, or group_conv_long for a longer sequence), and every lane arrives on gready
+// (consumers wait on it before reading the buffer). Inline in the conv warp's loop: the metadata
+// stays in registers.
+template <typename TAct, int KP, int kTok>
+__device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
+                                                TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
+  constexpr int kRow = tma_group_row(KP);
+  const int gs = gq % bufs;
+  mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
+  TAct* buf = gbuf + gs * (kTok * kRow);
+  if (conv_is_short(m)) group_conv_short<TAct, KP, kTok>(p, m, buf, lane, 32);
+  else if (!(m.flags & (kTmaSkip | kTmaPad))) return group_conv_long<TAct, KP, kTok>(p, m, buf, &gready[gs], lane);
+  mbar_arrive(&gready[gs]);
+}
+
+// Fused, conv warp cw of ncw: resolves 32 of its groups at once (groups cw, cw + ncw, ...; lane u:
+// the first item of its group j0 + u), then computes them in order (group_conv_warp), up to
+// kGroupBufs - 1 groups ahead of the consumers.
 template <typename TAct, typename TS, int KP, int kTok>
 __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg, int nk, TAct* gbuf, uint64_t* gdone,
-                                           uint64_t* gready, int lane, long long* prof) {
+                                           uint64_t* gready, int cw, int ncw, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, true>;
   const int ng = nk / tg.group_items;
-  for (int g0 = 0; g0 < ng; g0 += 32) {
+  for (int j0 = 0; cw + j0 * ncw < ng; j0 += 32) {
     TMA_T0(t_res);
+    const int mine = cw + (j0 + lane) * ncw;
     TmaMeta<kTok> m{};
-    if (g0 + lane < ng) m = resolve_item<TAct, TS, KP, kTok, true>(p, tg, (g0 + lane) * tg.group_items).m;
+    if (mine < ng) m = resolve_item<TAct, TS, KP, kTok, true>(p, tg, mine * tg.group_items).m;
     TMA_ADD(prof[0], t_res);
     TMA_T0(t_cv);
-    for (int u = 0; u < 32 && g0 + u < ng; ++u)
-      group_conv_warp<TAct, KP, kTok>(p, meta_of_lane<kTok>(m, u), g0 + u, Lay::kGroupBufs, gbuf, gdone, gready, lane);
+    for (int u = 0; u < 32 && cw + (j0 + u) * ncw < ng; ++u)
+      group_conv_warp<TAct, KP, kTok>(p, meta_of_lane<kTok>(m, u), cw + (j0 + u) * ncw, Lay::kGroupBufs, gbuf, gdone,
+                                      gready, lane);
     TMA_ADD(prof[2], t_cv);  // profile: the conv warp's "recur" column is its group loop
+#if GDN_TMA_PROFILE
+    if (prof[5] < 0) prof[5] += clock64();  // when its first 32 groups are done
+#endif
   }
   (void)prof;
 }

@@ -1,6 +1,8 @@
 // src/cuda/tma_launch.cuh — host side of the pipelined sm_90 kernels (recurrent_tma.cuh): their
 // shared-memory shape per device, and where they are launched instead of the register kernels.
 #pragma once
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 
@@ -28,8 +30,18 @@ TmaShape tma_shape(int dev) {
     auto kernel = recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>;
     int major = 0, sms = 0, per_sm = 0;
     cudaFuncAttributes fa{};
-    s.stages = (GDN_TMA_SMEM_KB * 1024 - Lay::kHead) / Lay::kStage;
+    int kb = kFused ? GDN_TMA_SMEM_KB_FUSED : GDN_TMA_SMEM_KB;
+    if (const char* e = std::getenv("GDN_TMA_SMEM_KB_FUSED"); kFused && e != nullptr)  // tuning sweeps
+      kb = std::max(16, std::min(227, std::atoi(e)));
+    s.stages = (kb * 1024 - Lay::kHead) / Lay::kStage;
     s.stages = s.stages < Lay::kMaxStages ? s.stages : Lay::kMaxStages;
+    // A multiple of the consumer warps: consumer c takes items c, c + kConsumers, ... and item k is
+    // in stage k % stages, so every use of a stage is then one consumer's, and its parity wait on
+    // the stage's full barrier is for the phase right after the one it consumed itself. Otherwise
+    // the stage's previous item (another consumer's) may still be in flight when this consumer
+    // tests the barrier, whose parity then reads as complete (bulk copies land out of order): the
+    // consumer took a stale stage and the ring hung (H200: 9, 11 and 16 stages for 6 consumers).
+    s.stages = s.stages / Lay::kConsumers * Lay::kConsumers;
     s.smem = Lay::kHead + s.stages * Lay::kStage;
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                     major >= 9 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&

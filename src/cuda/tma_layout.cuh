@@ -19,6 +19,12 @@ namespace gdn::cuda {
 #ifndef GDN_TMA_SMEM_KB  // dynamic shared memory per block: the stages and their barriers
 #define GDN_TMA_SMEM_KB 108
 #endif
+// The same for the fused step (group buffers + stages; GDN_TMA_SMEM_KB_FUSED in the environment
+// overrides it, for tuning): a shallower ring than the primitive op's shortens the conv warp's loaded
+// round trips behind the state copies (bench/RESULTS.md step 44).
+#ifndef GDN_TMA_SMEM_KB_FUSED
+#define GDN_TMA_SMEM_KB_FUSED 80
+#endif
 #ifndef GDN_TMA_MB  // resident blocks per SM the register budget must allow
 #define GDN_TMA_MB 2
 #endif
@@ -57,8 +63,8 @@ __device__ int g_tma_launches;
 #ifndef GDN_TMA_GROUP_BUFS  // fused: group buffers in the ring
 #define GDN_TMA_GROUP_BUFS 4
 #endif
-#ifndef GDN_TMA_CONV_KB  // fused: chunks a conv-warp lane requests at once (2: spills at 128 registers)
-#define GDN_TMA_CONV_KB 1
+#ifndef GDN_TMA_CONV_WARPS  // fused: conv warps per block (the consumers are GDN_TMA_CONSUMERS minus these)
+#define GDN_TMA_CONV_WARPS 1
 #endif
 #ifndef GDN_TMA_PASSES_F32  // passes of 8 rows per item: item rows = 8 x passes
 #define GDN_TMA_PASSES_F32 1
@@ -149,8 +155,9 @@ struct TmaLayout {
   static constexpr int kPasses = sizeof(TS) == 4 ? GDN_TMA_PASSES_F32 : GDN_TMA_PASSES_16;
   static constexpr int kItemRows = kPassRows * kPasses;
   // warps: consumers, the producer, and (fused) the conv warp
-  static constexpr int kConsumers = kFused ? GDN_TMA_CONSUMERS - 1 : GDN_TMA_CONSUMERS;
-  static constexpr int kThreads = (kConsumers + 1 + (kFused ? 1 : 0)) * 32;
+  static constexpr int kConvWarps = kFused ? GDN_TMA_CONV_WARPS : 0;
+  static constexpr int kConsumers = GDN_TMA_CONSUMERS - kConvWarps;
+  static constexpr int kThreads = (kConsumers + 1 + kConvWarps) * 32;
   static constexpr int kTile = kItemRows * KP * static_cast<int>(sizeof(TS));
   static constexpr int kQK = KP * static_cast<int>(sizeof(TAct));
   static constexpr int kV = kItemRows * static_cast<int>(sizeof(TAct));
