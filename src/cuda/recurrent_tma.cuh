@@ -25,7 +25,8 @@
 // kFused: gdn_attention's whole step (conv + gates + norms + recurrence + conv pool + z) in the same
 // pipeline. Items are then ordered (sequence, key head, value head, row tile) and a block takes
 // whole (sequence, key head) groups (groups b, b + grid, ...); the stage holds only the state tile
-// and the metadata. The block has one consumer warp fewer and a conv warp: it resolves 32 of the
+// and the metadata. The block has one consumer warp fewer and a conv warp (GDN_TMA_CONV_WARPS: more
+// of them take alternate groups, as many consumers fewer): it resolves 32 of the
 // block's groups at once and computes, up to kGroupBufs - 1 groups ahead of the consumers, the conv
 // of all of a group's channels (the key head's q and k, its r value heads' v) for the sequence's
 // first kTok (4 >= W - 1) tokens into a group buffer in shared memory (activation dtype: the conv

@@ -14,7 +14,7 @@ namespace gdn::cuda {
 #define GDN_TMA 1
 #endif
 #ifndef GDN_TMA_CONSUMERS
-#define GDN_TMA_CONSUMERS 7  // with the producer, 8 warps (fused: 6 + producer + conv warp): 128 registers at 2 blocks per SM
+#define GDN_TMA_CONSUMERS 7  // with the producer, 8 warps (fused: 7 - conv warps + producer + conv warps): 128 registers at 2 blocks per SM
 #endif
 #ifndef GDN_TMA_SMEM_KB  // dynamic shared memory per block: the stages and their barriers
 #define GDN_TMA_SMEM_KB 108
