@@ -65,19 +65,19 @@ __device__ __noinline__ void group_conv_long(const RecurrentParams& p, const Tma
   pool_update<TAct>(p, g, cs, gc.v0, p.r * p.src.proj.V, lane);
 }
 
-// A short group's conv (len <= kTok: every decode and verify sequence) in one pass, chunks tid,
-// tid + n, ...: every input of a chunk requested at once (group_conv.cuh), then its conv outputs into
-// the group buffer and its new pool rows from the same registers.
+// A short group's conv (len <= kTok: every decode and verify sequence) in one pass, a lane's chunks
+// lane, lane + 32, ...: every input of a chunk requested at once (group_conv.cuh), then its conv
+// outputs into the group buffer and its new pool rows from the same registers.
 template <typename TAct, int KP, int kTok>
-__device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf, int tid,
-                                                 int n) {
+__device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf,
+                                                 int lane) {
   constexpr int kRow = tma_group_row(KP), CH = gc_ch<TAct>();
   using C = GcChunk<TAct, kTok>;
   const GroupMeta& g = p.group[m.gi];
   const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
   int64_t xr[kTok];
   gc_rows<kTok>(p, g, gc, xr);
-  for (int cc = tid; cc < gc.chunks; cc += n) {
+  for (int cc = lane; cc < gc.chunks; cc += 32) {
     C in;
     gc_load_global<TAct, kTok>(p, gc, xr, gc.channel(cc * CH), in);
     TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel(cc * CH);
@@ -105,7 +105,7 @@ __device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const 
   const int gs = gq % bufs;
   mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
   TAct* buf = gbuf + gs * (kTok * kRow);
-  if (conv_is_short(m)) group_conv_short<TAct, KP, kTok>(p, m, buf, lane, 32);
+  if (conv_is_short(m)) group_conv_short<TAct, KP, kTok>(p, m, buf, lane);
   else if (!(m.flags & (kTmaSkip | kTmaPad))) return group_conv_long<TAct, KP, kTok>(p, m, buf, &gready[gs], lane);
   mbar_arrive(&gready[gs]);
 }

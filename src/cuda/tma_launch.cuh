@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "cuda/recurrent_tma.cuh"
+#include "cuda/tma_ring.h"
 
 namespace gdn::cuda {
 
@@ -33,19 +34,11 @@ TmaShape tma_shape(int dev) {
     int kb = kFused ? GDN_TMA_SMEM_KB_FUSED : GDN_TMA_SMEM_KB;
     if (const char* e = std::getenv("GDN_TMA_SMEM_KB_FUSED"); kFused && e != nullptr)  // tuning sweeps
       kb = std::max(16, std::min(227, std::atoi(e)));
-    s.stages = (kb * 1024 - Lay::kHead) / Lay::kStage;
-    s.stages = s.stages < Lay::kMaxStages ? s.stages : Lay::kMaxStages;
-    // A multiple of the consumer warps: consumer c takes items c, c + kConsumers, ... and item k is
-    // in stage k % stages, so every use of a stage is then one consumer's, and its parity wait on
-    // the stage's full barrier is for the phase right after the one it consumed itself. Otherwise
-    // the stage's previous item (another consumer's) may still be in flight when this consumer
-    // tests the barrier, whose parity then reads as complete (bulk copies land out of order): the
-    // consumer took a stale stage and the ring hung (H200: 9, 11 and 16 stages for 6 consumers).
-    s.stages = s.stages / Lay::kConsumers * Lay::kConsumers;
+    s.stages = tma_ring_stages(kb * 1024, Lay::kHead, Lay::kStage, Lay::kConsumers, Lay::kMaxStages);  // a multiple of kConsumers
     s.smem = Lay::kHead + s.stages * Lay::kStage;
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                     major >= 9 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&
-                    s.stages > Lay::kConsumers &&  // every consumer can hold a stage while others fill
+                    s.stages >= 2 * Lay::kConsumers &&  // every consumer can hold a stage while its next fills
                     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem) == cudaSuccess &&
                     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Lay::kThreads, s.smem) ==
                         cudaSuccess &&
