@@ -4,7 +4,7 @@
 //     on the pipelined kernel, K = 128) over random mixed batches — prefills up to 20 tokens (tokens
 //     past the 4 whose conv the conv warp computes), 1-token prefills without initial state, decodes,
 //     ragged verify sequences, padding sequences, random global row order (token_indx) or identity
-//     rows (non-spec only), both qkvz layouts, r = 2 and 3, float32 and bf16 state — equals the CPU reference
+//     rows (non-spec only), both qkvz layouts, r = 1, 2 and 3, float32 and bf16 state — equals the CPU reference
 //     (outputs, z, both pools, sentinels untouched), and its z and conv pool equal, byte for byte,
 //     those of the other kernels (GDN_CUDA_TMA=0: the cluster kernel of fused_step.cuh).
 //   CudaFusedDefault.ModelShapeBatchesMatchTheCpu: the default choice at the Qwen3-Next TP1 shape,
@@ -99,7 +99,10 @@ INSTANTIATE_TEST_SUITE_P(
                       PipeParam{DType::kBFloat16, DType::kFloat32, 2, 4, 128, true, false, false},
                       PipeParam{DType::kBFloat16, DType::kBFloat16, 2, 6, 64, false, false, true},
                       PipeParam{DType::kBFloat16, DType::kBFloat16, 1, 3, 128, true, true, false},
-                      PipeParam{DType::kFloat32, DType::kFloat32, 2, 4, 64, false, false, false}),
+                      PipeParam{DType::kFloat32, DType::kFloat32, 2, 4, 64, false, false, false},
+                      // one item per (sequence, key head) group (r = 1, V = one 16-row tile): the
+                      // group-buffer rule (tma_ring.h) refuses the pipelined step, the cluster kernel runs
+                      PipeParam{DType::kBFloat16, DType::kBFloat16, 2, 2, 16, false, false, false}),
     [](const ::testing::TestParamInfo<PipeParam>& i) { return param_str(i.param); });
 
 // The default kernel choice at the Qwen3-Next TP1 shape (H 16, HV 32, K = V 128, bf16

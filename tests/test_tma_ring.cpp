@@ -88,3 +88,81 @@ TEST(TmaRing, ProtocolModelNeedsAMultipleOfTheConsumers) {
     }
   }
 }
+
+namespace {
+// The fused step's group-buffer ring: conv warp w computes groups w, w + W, ... in order into buffer
+// g % B after the buffer's previous group is consumed (gdone, parity); consumer c takes items c,
+// c + C, ... (group k / gi), waits for its group's buffer by parity (gready) and checks that the
+// buffer holds that group. Returns false when a consumer reads another group's buffer (or the
+// protocol stalls).
+bool group_model_run(int C, int gi, int B, int W, int groups, unsigned seed) {
+  struct Bar {
+    int count, pending, phase = 0;
+    explicit Bar(int c) : count(c), pending(c) {}
+    void arrive() {
+      if (--pending == 0) ++phase, pending = count;
+    }
+    bool done_parity(int parity) const { return (phase & 1) != parity; }
+  };
+  std::vector<Bar> gdone(B, Bar(gi)), gready(B, Bar(1));
+  std::vector<int> holds(B, -1), conv_next(W), next(C);
+  for (int w = 0; w < W; ++w) conv_next[w] = w;
+  for (int c = 0; c < C; ++c) next[c] = c;
+  const int items = gi * groups;
+  std::mt19937 rng(seed);
+  auto conv_can = [&](int w) {
+    const int g = conv_next[w];
+    return g < groups && gdone[g % B].done_parity(((g / B) & 1) ^ 1);
+  };
+  auto consumer_can = [&](int c) {
+    const int g = next[c] / gi;
+    return next[c] < items && gready[g % B].done_parity((g / B) & 1);
+  };
+  for (;;) {
+    bool any = false;
+    for (int w = 0; w < W; ++w) any = any || conv_can(w);
+    for (int c = 0; c < C; ++c) any = any || consumer_can(c);
+    bool all_done = true;
+    for (int c = 0; c < C; ++c) all_done = all_done && next[c] >= items;
+    if (all_done) return true;
+    if (!any) return false;  // stalled
+    const int w = static_cast<int>(rng() % static_cast<unsigned>(W));
+    if (rng() % 3 == 0 && conv_can(w)) {
+      const int g = conv_next[w];
+      holds[g % B] = g;
+      gready[g % B].arrive();
+      conv_next[w] += W;
+    }
+    const int c = static_cast<int>(rng() % static_cast<unsigned>(C));
+    if (consumer_can(c)) {
+      const int g = next[c] / gi;
+      if (holds[g % B] != g) return false;  // another group's buffer
+      gdone[g % B].arrive();
+      next[c] += C;
+    }
+  }
+}
+bool group_model_safe(int C, int gi, int B, int W) {
+  for (unsigned seed = 0; seed < 48; ++seed)
+    if (!group_model_run(C, gi, B, W, 40, seed)) return false;
+  return true;
+}
+}  // namespace
+
+TEST(TmaRing, GroupBufferRuleHoldsInTheProtocolModel) {
+  using gdn::cuda::tma_group_ring_ok;
+  for (int W = 1; W <= 3; ++W)
+    for (int B : {2, 4})
+      for (int C = 1; C <= 8; ++C)
+        for (int gi : {1, 2, 3, 4, 8, 16}) {
+          const bool ok = tma_group_ring_ok(C, B, gi, W);
+          if (ok) EXPECT_TRUE(group_model_safe(C, gi, B, W)) << "W " << W << " B " << B << " C " << C << " gi " << gi;
+          // one conv warp: the rule is exact (what it refuses does go wrong)
+          if (W == 1 && !ok) EXPECT_FALSE(group_model_safe(C, gi, B, W)) << "B " << B << " C " << C << " gi " << gi;
+        }
+  // the shipped shapes: 6 consumers, 4 buffers, 1 conv warp; groups of r x V / item rows items
+  EXPECT_TRUE(tma_group_ring_ok(6, 4, 2 * 128 / 8, 1));   // Qwen3-Next, float32 state
+  EXPECT_TRUE(tma_group_ring_ok(6, 4, 2 * 128 / 16, 1));  // 16-bit state
+  EXPECT_FALSE(tma_group_ring_ok(6, 4, 1 * 16 / 16, 1));  // V = 16, r = 1: one item per group
+  EXPECT_FALSE(tma_group_ring_ok(5, 4, 2, 2));            // two conv warps need an item per consumer
+}

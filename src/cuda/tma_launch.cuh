@@ -100,6 +100,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       if constexpr (kFused) {
         work = nseq * p.H;
         if (p.HV != p.H * p.r || p.r * p.V > kTmaMaxRV) return std::nullopt;  // V (= proj.V) % 8: above
+        if (!tma_group_ring_ok(Lay::kConsumers, Lay::kGroupBufs, tg.group_items, Lay::kConvWarps)) return std::nullopt;
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       return Launch(static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream)(

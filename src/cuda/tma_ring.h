@@ -20,4 +20,20 @@ constexpr int tma_ring_stages(int smem_bytes, int head_bytes, int stage_bytes, i
   return stages / consumers * consumers;
 }
 
+// Whether the fused step's ring of group buffers is safe (group_bufs buffers, group_items items per
+// (sequence, key head) group, conv_warps conv warps taking groups cw, cw + conv_warps, ...). A
+// consumer waits for its item's group buffer by parity, and that is sound only when the buffer's
+// previous group is known to be written: with one conv warp (groups in order) when the consumer's
+// previous item lies at most group_bufs groups back, i.e. consumers <= group_bufs * group_items;
+// with several conv warps (no order between them) when every consumer has an item in every group
+// (group_items >= consumers) and there are at least as many buffers as conv warps. Else a consumer
+// can read a buffer that still holds (or is being given) another group — a model of the protocol
+// shows it (tests/test_tma_ring.cpp). The launcher falls back to the cluster kernel then (only tiny
+// V: one row tile per group).
+constexpr bool tma_group_ring_ok(int consumers, int group_bufs, int group_items, int conv_warps) {
+  if (consumers <= 0 || group_bufs <= 0 || group_items <= 0 || conv_warps <= 0) return false;
+  if (conv_warps == 1) return consumers <= group_bufs * group_items;
+  return group_items >= consumers && group_bufs >= conv_warps;
+}
+
 }  // namespace gdn::cuda
