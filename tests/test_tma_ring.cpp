@@ -12,6 +12,19 @@
 
 using gdn::cuda::tma_ring_stages;
 
+namespace {
+// An mbarrier as the models need it: `count` arrivals complete a phase; a parity wait passes when
+// the phase of that parity is complete, i.e. when the current phase has the other parity.
+struct ModelBarrier {
+  int count, pending, phase = 0;
+  explicit ModelBarrier(int c = 1) : count(c), pending(c) {}
+  void arrive() {
+    if (--pending == 0) ++phase, pending = count;
+  }
+  bool done_parity(int parity) const { return (phase & 1) != parity; }  // mbarrier try_wait.parity
+};
+}  // namespace
+
 TEST(TmaRing, MostStagesThatFitAsAMultipleOfTheConsumers) {
   for (int consumers = 1; consumers <= 8; ++consumers)
     for (int smem = 16 * 1024; smem <= 227 * 1024; smem += 4 * 1024 + 96)
@@ -20,7 +33,9 @@ TEST(TmaRing, MostStagesThatFitAsAMultipleOfTheConsumers) {
         const int s = tma_ring_stages(smem, head, stage, consumers, max_stages);
         ASSERT_GE(s, 0);
         EXPECT_EQ(s % consumers, 0) << smem << " " << stage << " " << consumers;
-        if (s > 0) EXPECT_LE(head + s * stage, smem);
+        if (s > 0) {
+          EXPECT_LE(head + s * stage, smem);
+        }
         EXPECT_LE(s, max_stages);
         // maximal: one more round of stages would not fit (or pass the cap)
         EXPECT_TRUE(head + (s + consumers) * stage > smem || s + consumers > max_stages);
@@ -40,11 +55,7 @@ namespace {
 // order among those in flight. Returns false when a consumer's parity wait passes on a stage that
 // does not hold its item.
 bool ring_model_run(int S, int C, int n, unsigned seed) {
-  struct Bar {
-    int phase = 0;
-    bool done_parity(int parity) const { return (phase & 1) != parity; }  // mbarrier try_wait.parity
-  };
-  std::vector<Bar> full(S), empty(S);
+  std::vector<ModelBarrier> full(S), empty(S);
   std::vector<int> holds(S, -1), inflight;
   std::vector<int> next(C), st(C), ph(C, 0);
   for (int c = 0; c < C; ++c) next[c] = st[c] = c;
@@ -57,12 +68,12 @@ bool ring_model_run(int S, int C, int n, unsigned seed) {
       const int item = inflight[i];
       inflight.erase(inflight.begin() + static_cast<long>(i));
       holds[item % S] = item;
-      ++full[item % S].phase;
+      full[item % S].arrive();
     }
     const int c = static_cast<int>(rng() % static_cast<unsigned>(C));
     if (next[c] < n && full[st[c]].done_parity(ph[c])) {
       if (holds[st[c]] != next[c]) return false;  // a stale stage
-      ++empty[st[c]].phase;
+      empty[st[c]].arrive();
       ++consumed;
       next[c] += C;
       st[c] += C;
@@ -84,7 +95,9 @@ TEST(TmaRing, ProtocolModelNeedsAMultipleOfTheConsumers) {
       const int rounded = tma_ring_stages(S * 100, 0, 100, C, 64);
       EXPECT_EQ(rounded, S / C * C);
       EXPECT_TRUE(ring_model_safe(rounded, C)) << "rule's count " << rounded << ", " << C << " consumers";
-      if (S % C != 0) EXPECT_FALSE(ring_model_safe(S, C)) << S << " stages, " << C << " consumers";
+      if (S % C != 0) {
+        EXPECT_FALSE(ring_model_safe(S, C)) << S << " stages, " << C << " consumers";
+      }
     }
   }
 }
@@ -96,15 +109,7 @@ namespace {
 // buffer holds that group. Returns false when a consumer reads another group's buffer (or the
 // protocol stalls).
 bool group_model_run(int C, int gi, int B, int W, int groups, unsigned seed) {
-  struct Bar {
-    int count, pending, phase = 0;
-    explicit Bar(int c) : count(c), pending(c) {}
-    void arrive() {
-      if (--pending == 0) ++phase, pending = count;
-    }
-    bool done_parity(int parity) const { return (phase & 1) != parity; }
-  };
-  std::vector<Bar> gdone(B, Bar(gi)), gready(B, Bar(1));
+  std::vector<ModelBarrier> gdone(B, ModelBarrier(gi)), gready(B, ModelBarrier(1));
   std::vector<int> holds(B, -1), conv_next(W), next(C);
   for (int w = 0; w < W; ++w) conv_next[w] = w;
   for (int c = 0; c < C; ++c) next[c] = c;
@@ -156,9 +161,13 @@ TEST(TmaRing, GroupBufferRuleHoldsInTheProtocolModel) {
       for (int C = 1; C <= 8; ++C)
         for (int gi : {1, 2, 3, 4, 8, 16}) {
           const bool ok = tma_group_ring_ok(C, B, gi, W);
-          if (ok) EXPECT_TRUE(group_model_safe(C, gi, B, W)) << "W " << W << " B " << B << " C " << C << " gi " << gi;
+          if (ok) {
+            EXPECT_TRUE(group_model_safe(C, gi, B, W)) << "W " << W << " B " << B << " C " << C << " gi " << gi;
+          }
           // one conv warp: the rule is exact (what it refuses does go wrong)
-          if (W == 1 && !ok) EXPECT_FALSE(group_model_safe(C, gi, B, W)) << "B " << B << " C " << C << " gi " << gi;
+          if (W == 1 && !ok) {
+            EXPECT_FALSE(group_model_safe(C, gi, B, W)) << "B " << B << " C " << C << " gi " << gi;
+          }
         }
   // the shipped shapes: 6 consumers, 4 buffers, 1 conv warp; groups of r x V / item rows items
   EXPECT_TRUE(tma_group_ring_ok(6, 4, 2 * 128 / 8, 1));   // Qwen3-Next, float32 state

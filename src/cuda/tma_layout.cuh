@@ -154,7 +154,7 @@ struct TmaLayout {
   static constexpr int kPassRows = kGroups * kRowsPerLane;  // rows a consumer warp holds at once
   static constexpr int kPasses = sizeof(TS) == 4 ? GDN_TMA_PASSES_F32 : GDN_TMA_PASSES_16;
   static constexpr int kItemRows = kPassRows * kPasses;
-  // warps: consumers, the producer, and (fused) the conv warp
+  // warps: consumers, the producer, and (fused) the conv warps
   static constexpr int kConvWarps = kFused ? GDN_TMA_CONV_WARPS : 0;
   static constexpr int kConsumers = GDN_TMA_CONSUMERS - kConvWarps;
   static constexpr int kThreads = (kConsumers + 1 + kConvWarps) * 32;
