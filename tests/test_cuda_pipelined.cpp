@@ -6,7 +6,8 @@
 //     ragged verify sequences, padding sequences, random global row order (token_indx) or identity
 //     rows (non-spec only), both qkvz layouts, r = 1, 2 and 3, float32 and bf16 state — equals the CPU reference
 //     (outputs, z, both pools, sentinels untouched), and its z and conv pool equal, byte for byte,
-//     those of the other kernels (GDN_CUDA_TMA=0: the cluster kernel of fused_step.cuh).
+//     those of the other kernels (GDN_CUDA_TMA=0: the cluster kernel of fused_step.cuh); conv width
+//     4 with and without bias and width 3.
 //   CudaFusedDefault.ModelShapeBatchesMatchTheCpu: the default choice at the Qwen3-Next TP1 shape,
 //     288 (sequence, key head) groups (the pipelined fused step) and 64 (the cluster kernel).
 // Tolerances as in test_cuda_graph.cpp (1e-5 for float32 activations and state, 1e-2 when either is
@@ -79,6 +80,8 @@ TEST_P(CudaPipelinedFused, MixedBatchesMatchTheCpu) {
     AttnProblem p;
     p.act = prm.act; p.ssm_dtype = prm.ssm; p.H = prm.H; p.HV = prm.HV; p.K = 128; p.V = prm.V; p.cols = 4;
     p.reorder = prm.reorder;
+    p.has_bias = seed != 9601u;   // with and without conv bias
+    p.W = seed == 9602u ? 3 : 4;  // W = 4: the conv warp's width-4 code (TmaGrid::conv_w4); 3: the general one
     MixOptions m;
     m.permute_rows = prm.permute;
     if (prm.identity) {  // rows in local order, no token_indx: one group only (non-spec)

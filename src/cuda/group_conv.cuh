@@ -51,12 +51,14 @@ __device__ __forceinline__ void gc_rows(const RecurrentParams& p, const GroupMet
 }
 
 // The inputs of the chunk from conv channel ch, from global memory (zeros where the sequence has none).
-template <typename TAct, int kTok>
+// kW = 4: the conv is 4 wide, its weights [D, 4] contiguous and 16-byte aligned, the bias aligned or
+// absent (host-checked, TmaGrid::conv_w4); 0: any width and layout.
+template <typename TAct, int kTok, int kW = 0>
 __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const GroupConv& gc,
                                                const int64_t (&xr)[kTok], int ch, GcChunk<TAct, kTok>& in) {
   using C = GcChunk<TAct, kTok>;
   using Vec = typename C::Vec;
-  const int W = p.conv.W, W1 = W - 1, col = p.src.proj.conv_col(ch);
+  const int W = kW ? kW : p.conv.W, W1 = W - 1, col = p.src.proj.conv_col(ch);
   const TAct* slot = static_cast<const TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride;
   const TAct* qkvz = static_cast<const TAct*>(p.src.qkvz);
   const TAct* wt = static_cast<const TAct*>(p.conv.weight);
@@ -73,7 +75,7 @@ __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const G
   }
   constexpr int CH = C::kCH;
   const TAct* wc = wt + static_cast<int64_t>(ch) * p.conv.weight_rs;
-  if (W == 4 && p.conv.weight_rs == 4 && (reinterpret_cast<uintptr_t>(wc) & 15) == 0) {
+  if (kW == 4 || (W == 4 && p.conv.weight_rs == 4 && (reinterpret_cast<uintptr_t>(wc) & 15) == 0)) {
     // the chunk's CH x 4 weights are contiguous: four vectors; tap j of channel e is element 4 e + j
     Vec wv[4];
 #pragma unroll
@@ -92,7 +94,7 @@ __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const G
       for (int e = 0; e < CH; ++e)
         in.w[jj][e] = jj >= kMaxW - W ? wc[e * p.conv.weight_rs + jj - (kMaxW - W)] : TAct(0.f);
   }
-  if (bias && (reinterpret_cast<uintptr_t>(bias + ch) & 15) == 0) {
+  if (bias && (kW == 4 || (reinterpret_cast<uintptr_t>(bias + ch) & 15) == 0)) {
     *reinterpret_cast<Vec*>(in.b) = *reinterpret_cast<const Vec*>(bias + ch);
   } else {
 #pragma unroll
@@ -102,12 +104,12 @@ __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const G
 
 // A chunk ([q | k | v] index c): y_t = act(bias + sum_j w_j (window ++ tokens)[t + j]) into
 // buf row t (kRow elements), then its new pool rows through put(row, vec) (the same CH channels).
-template <typename TAct, int kTok, typename Put>
+template <typename TAct, int kTok, int kW, typename Put>
 __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupMeta& g, const GroupConv& gc,
                                           const GcChunk<TAct, kTok>& in, int c, TAct* buf, int kRow, Put put) {
   using C = GcChunk<TAct, kTok>;
   constexpr int CH = C::kCH;
-  const int W = p.conv.W, W1 = W - 1;
+  const int W = kW ? kW : p.conv.W, W1 = W - 1;
   const TAct(&x)[C::kN][CH] = *reinterpret_cast<const TAct(*)[C::kN][CH]>(in.u);
   const bool has_bias = p.conv.bias != nullptr;
 #pragma unroll

@@ -67,8 +67,11 @@ __device__ __noinline__ void group_conv_long(const RecurrentParams& p, const Tma
 
 // A short group's conv (len <= kTok: every decode and verify sequence) in one pass, a lane's chunks
 // lane, lane + 32, ...: every input of a chunk requested at once (group_conv.cuh), then its conv
-// outputs into the group buffer and its new pool rows from the same registers.
-template <typename TAct, int KP, int kTok>
+// outputs into the group buffer and its new pool rows from the same registers. kW = 4 (the common
+// layout, TmaGrid::conv_w4): the width is a constant, so no predicated taps and a shorter
+// instruction stream (bench/RESULTS.md step 49: the conv warp's code misses the instruction cache
+// under the state stream).
+template <typename TAct, int KP, int kTok, int kW>
 __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf,
                                                  int lane) {
   constexpr int kRow = tma_group_row(KP), CH = gc_ch<TAct>();
@@ -79,17 +82,12 @@ __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const
   gc_rows<kTok>(p, g, gc, xr);
   for (int cc = lane; cc < gc.chunks; cc += 32) {
     C in;
-    gc_load_global<TAct, kTok>(p, gc, xr, gc.channel(cc * CH), in);
+    gc_load_global<TAct, kTok, kW>(p, gc, xr, gc.channel(cc * CH), in);
     TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel(cc * CH);
-    gc_finish<TAct, kTok>(p, g, gc, in, cc * CH, buf, kRow, [&](int row, const typename C::Vec& v) {
+    gc_finish<TAct, kTok, kW>(p, g, gc, in, cc * CH, buf, kRow, [&](int row, const typename C::Vec& v) {
       *reinterpret_cast<typename C::Vec*>(col + row * p.conv.D) = v;
     });
   }
-}
-// Whether the conv of a group (m: its first item) is group_conv_short's.
-template <int kTok>
-__device__ __forceinline__ bool conv_is_short(const TmaMeta<kTok>& m) {
-  return !(m.flags & (kTmaSkip | kTmaPad)) && m.len <= kTok;
 }
 
 // Fused, a conv warp for group gq of its block (m: the metadata of its first item): waits until
@@ -100,13 +98,16 @@ __device__ __forceinline__ bool conv_is_short(const TmaMeta<kTok>& m) {
 // stays in registers.
 template <typename TAct, int KP, int kTok>
 __device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
-                                                TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
+                                                bool w4, TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
   constexpr int kRow = tma_group_row(KP);
   const int gs = gq % bufs;
   mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
   TAct* buf = gbuf + gs * (kTok * kRow);
-  if (conv_is_short(m)) group_conv_short<TAct, KP, kTok>(p, m, buf, lane);
-  else if (!(m.flags & (kTmaSkip | kTmaPad))) return group_conv_long<TAct, KP, kTok>(p, m, buf, &gready[gs], lane);
+  if (!(m.flags & (kTmaSkip | kTmaPad))) {
+    if (m.len > kTok) return group_conv_long<TAct, KP, kTok>(p, m, buf, &gready[gs], lane);
+    if (w4) group_conv_short<TAct, KP, kTok, 4>(p, m, buf, lane);
+    else group_conv_short<TAct, KP, kTok, 0>(p, m, buf, lane);
+  }
   mbar_arrive(&gready[gs]);
 }
 
@@ -126,8 +127,8 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
     TMA_ADD(prof[0], t_res);
     TMA_T0(t_cv);
     for (int u = 0; u < 32 && cw + (j0 + u) * ncw < ng; ++u)
-      group_conv_warp<TAct, KP, kTok>(p, meta_of_lane<kTok>(m, u), cw + (j0 + u) * ncw, Lay::kGroupBufs, gbuf, gdone,
-                                      gready, lane);
+      group_conv_warp<TAct, KP, kTok>(p, meta_of_lane<kTok>(m, u), cw + (j0 + u) * ncw, Lay::kGroupBufs,
+                                      tg.conv_w4 != 0, gbuf, gdone, gready, lane);
     TMA_ADD(prof[2], t_cv);  // profile: the conv warp's "recur" column is its group loop
 #if GDN_TMA_PROFILE
     if (prof[5] < 0) prof[5] += clock64();  // when its first 32 groups are done

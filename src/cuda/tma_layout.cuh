@@ -63,6 +63,9 @@ __device__ int g_tma_launches;
 #ifndef GDN_TMA_GROUP_BUFS  // fused: group buffers in the ring
 #define GDN_TMA_GROUP_BUFS 4
 #endif
+#ifndef GDN_TMA_CONV_W4  // fused: the conv warp's code for width 4 (and [D, 4] weights) apart from the general one
+#define GDN_TMA_CONV_W4 1
+#endif
 #ifndef GDN_TMA_CONV_WARPS  // fused: conv warps per block (the consumers are GDN_TMA_CONSUMERS minus these)
 #define GDN_TMA_CONV_WARPS 1
 #endif
@@ -179,6 +182,7 @@ struct TmaLayout {
 struct TmaGrid {
   int tiles, stages;
   int group_items;  // fused: items of one (sequence, key head) group (r x tiles)
+  int conv_w4 = 0;  // fused: the conv is 4 wide with [D, 4] 16-byte aligned weights, bias aligned or absent
 };
 
 }  // namespace gdn::cuda
