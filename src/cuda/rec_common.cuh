@@ -249,25 +249,20 @@ __device__ __forceinline__ SeqInfo resolve_seq(const RecurrentParams& p, const G
 // from raw q, k (KP each, zero past K) and the gate inputs a, b.
 struct TokenGates {
   float decay, beta;
-  float kq;  // k^ . q^ (kKQ only)
 };
-// kKQ: also k^ . q^, for recur_rows' kKQ form.
-template <int L, int EPL, bool kKQ = false>
+template <int L, int EPL>
 __device__ __forceinline__ TokenGates prep_regs(float a, float b, float A, float dtb, float scale, float (&kr)[EPL],
                                                 float (&qr)[EPL]) {
-  float kk = 0.f, qq = 0.f, kq = 0.f;
+  float kk = 0.f, qq = 0.f;
 #pragma unroll
   for (int e = 0; e < EPL; ++e) {
     kk += kr[e] * kr[e];
     qq += qr[e] * qr[e];
-    if constexpr (kKQ) kq += kr[e] * qr[e];
   }
   const float kn = 1.f / sqrtf(group_sum<L>(kk) + 1e-6f);    // k^ = k / |k|
   const float qn = scale / sqrtf(group_sum<L>(qq) + 1e-6f);  // q^ = q / |q| * scale
   const float gate = A * rules::softplus(a + dtb);           // g = -exp(A_log) softplus(a + dt_bias)
   TokenGates tg;
-  tg.kq = 0.f;
-  if constexpr (kKQ) tg.kq = group_sum<L>(kq) * kn * qn;
   tg.beta = 1.f / (1.f + expf(-b));  // beta = sigmoid(b)
   tg.decay = expf(gate);
 #pragma unroll
@@ -364,36 +359,9 @@ __device__ __forceinline__ float pick_row(float (&ov)[R], int ln) {
 
 // One token for a lane group's R rows, given k^, q^ (this lane's elements) and the gates;
 // v_of(j): v of row j (0 past V); kMulti: the reduce-scatter sums above. Returns o of row ln for lanes ln < R.
-// kKQ (gates from prep_regs<.., true>): o = S q^ taken as (exp(g) S) q^ + d (k^ . q^), equal in real
-// arithmetic; both dot products of the decayed rows are summed in one round of shuffles, and o no
-// longer waits for the update (one reduction fewer on each token's dependency chain).
-template <int L, int G, int R, int EPL, bool kMulti = false, bool kKQ = false, typename VOf>
+template <int L, int G, int R, int EPL, bool kMulti = false, typename VOf>
 __device__ __forceinline__ float recur_rows(float (&s)[R][EPL], const float (&kr)[EPL], const float (&qr)[EPL],
                                            TokenGates tg, VOf v_of, int ln) {
-  if constexpr (kKQ) {
-    float dk[R], dq[R];
-#pragma unroll
-    for (int j = 0; j < R; ++j) {
-      dk[j] = 0.f, dq[j] = 0.f;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) {
-        s[j][e] *= tg.decay;  // S = exp(g) S
-        dk[j] += s[j][e] * kr[e];
-        dq[j] += s[j][e] * qr[e];
-      }
-    }
-    rows_sum<L, R, kMulti>(dk, ln);
-    const float sq = pick_row<L, R, kMulti>(dq, ln);  // (exp(g) S q^) of row ln
-    float dmine = 0.f;
-#pragma unroll
-    for (int j = 0; j < R; ++j) {
-      const float d = tg.beta * (v_of(j) - dk[j]);  // d = beta (v - S k^)
-      dmine = ln == j ? d : dmine;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) s[j][e] += d * kr[e];  // S += d k^T
-    }
-    return sq + dmine * tg.kq;
-  }
   float dot[R], ov[R];
 #pragma unroll
   for (int j = 0; j < R; ++j) {

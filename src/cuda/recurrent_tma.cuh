@@ -100,7 +100,6 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
                                          const TAct* gbuf, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
-  constexpr bool kKQ = GDN_TMA_KQ != 0;  // o = (exp(g) S) q^ + d (k^ . q^) (recur_rows)
   const int ln = lane % L, grp = lane / L;
   const TmaMeta<kTok>& m = *reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta);
   const int flags = m.flags, hv = m.hv, h = hv / p.r;
@@ -161,7 +160,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
       TMA_T0(t_in);
       first_qk(0, kr0, qr0);
       TMA_ADD(prof[0], t_in);
-      g0 = prep_regs<L, EPL, kKQ>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0);
+      g0 = prep_regs<L, EPL>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0);
     }
 #pragma unroll 1
     for (int ps = 0; ps < Lay::kPasses; ++ps) {
@@ -202,7 +201,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
             for (int e = 0; e < EPL; ++e) kr[e] = kr0[e], qr[e] = qr0[e];
           } else {
             first_qk(tt, kr, qr);
-            gates = prep_regs<L, EPL, kKQ>(m.a[tt], m.b[tt], A, dtb, p.scale, kr, qr);
+            gates = prep_regs<L, EPL>(m.a[tt], m.b[tt], A, dtb, p.scale, kr, qr);
           }
         } else if constexpr (kFused) {  // past the first tokens (kLong only; else nt == ntok): conv and gates here
           if constexpr (!kLong) __builtin_unreachable();
@@ -210,7 +209,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
           const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
           conv_qk<TAct, L, CH, EPL>(p, g, cpos(t), h, ln, kr, qr);
           conv_v<TAct, L, R, G>(p, g, cpos(t), hv, row0, lane, vv);
-          gates = prep_regs<L, EPL, kKQ>(to_float(ba[p.src.proj.a_col(hv)]), to_float(ba[p.src.proj.b_col(hv)]), A, dtb,
+          gates = prep_regs<L, EPL>(to_float(ba[p.src.proj.a_col(hv)]), to_float(ba[p.src.proj.b_col(hv)]), A, dtb,
                                     p.scale, kr, qr);
         } else {  // past the staged tokens: straight from global memory
           row = global_row(g, tr.begin + t, out_rows);
@@ -219,10 +218,10 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
           load_chunks<L, CH>(x.k, ln, kr);
 #pragma unroll
           for (int j = 0; j < R; ++j) vv[j] = to_float(x.v[row0 + j * G]);
-          gates = prep_regs<L, EPL, kKQ>(x.a, x.b, A, dtb, p.scale, kr, qr);
+          gates = prep_regs<L, EPL>(x.a, x.b, A, dtb, p.scale, kr, qr);
         }
         TMA_T0(t_c);
-        const float mine = recur_rows<L, G, R, EPL, true, kKQ>(s, kr, qr, gates, [&](int j) { return vv[j]; }, ln);
+        const float mine = recur_rows<L, G, R, EPL, true>(s, kr, qr, gates, [&](int j) { return vv[j]; }, ln);
         TMA_ADD(prof[2], t_c);
         TMA_T0(t_s);
         if (ln < R)

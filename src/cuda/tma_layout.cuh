@@ -66,9 +66,6 @@ __device__ int g_tma_launches;
 #ifndef GDN_TMA_CONV_W4  // fused: the conv warp's code for width 4 (and [D, 4] weights) apart from the general one
 #define GDN_TMA_CONV_W4 1
 #endif
-#ifndef GDN_TMA_KQ  // the consumers' o without waiting for the state update (recur_rows' kKQ form)
-#define GDN_TMA_KQ 1
-#endif
 #ifndef GDN_TMA_CONV_WARPS  // fused: conv warps per block (the consumers are GDN_TMA_CONSUMERS minus these)
 #define GDN_TMA_CONV_WARPS 1
 #endif
