@@ -19,11 +19,6 @@ constexpr int gc_ch() {  // channels per chunk: one 16-byte vector
   return 16 / static_cast<int>(sizeof(TAct));
 }
 constexpr int kGcM = kMaxW - 1;
-// The conv warp's leaner instruction stream (tuning): each chunk's qkvz column without integer
-// divisions (GroupConv::col) and its conv outputs as one 16-byte store per token.
-#ifndef GDN_TMA_CONV_LEAN
-#define GDN_TMA_CONV_LEAN 1
-#endif
 
 // What the conv of a group needs (warp-uniform).
 struct GroupConv {
@@ -31,12 +26,8 @@ struct GroupConv {
   int len, nt;  // tokens (<= kTok); inputs kept in the pool (rolling verify: min(len, cols))
   bool window;  // the sequence has a window (initial state, or rolling verify)
   int q0, k0, v0, KP, chunks;
-  int qc0, kc0, vc0;  // qkvz columns of conv channels q0, k0, v0 (each part's columns are contiguous)
   __device__ __forceinline__ int channel(int c) const {  // conv channel of [q | k | v] index c
     return c < KP ? q0 + c : c < 2 * KP ? k0 + (c - KP) : v0 + (c - 2 * KP);
-  }
-  __device__ __forceinline__ int col(int c) const {  // its qkvz column (= proj.conv_col(channel(c)), no division)
-    return c < KP ? qc0 + c : c < 2 * KP ? kc0 + (c - KP) : vc0 + (c - 2 * KP);
   }
 };
 
@@ -59,16 +50,15 @@ __device__ __forceinline__ void gc_rows(const RecurrentParams& p, const GroupMet
     xr[t] = t < gc.len ? global_row(g, gc.begin + t, p.src.num_actual_tokens) * p.src.qkvz_rs : 0;  // not padding
 }
 
-// The inputs of the chunk from conv channel ch (qkvz column col), from global memory (zeros where the
-// sequence has none).
+// The inputs of the chunk from conv channel ch, from global memory (zeros where the sequence has none).
 // kW = 4: the conv is 4 wide, its weights [D, 4] contiguous and 16-byte aligned, the bias aligned or
 // absent (host-checked, TmaGrid::conv_w4); 0: any width and layout.
 template <typename TAct, int kTok, int kW = 0>
 __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const GroupConv& gc,
-                                               const int64_t (&xr)[kTok], int ch, int col, GcChunk<TAct, kTok>& in) {
+                                               const int64_t (&xr)[kTok], int ch, GcChunk<TAct, kTok>& in) {
   using C = GcChunk<TAct, kTok>;
   using Vec = typename C::Vec;
-  const int W = kW ? kW : p.conv.W, W1 = W - 1;
+  const int W = kW ? kW : p.conv.W, W1 = W - 1, col = p.src.proj.conv_col(ch);
   const TAct* slot = static_cast<const TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride;
   const TAct* qkvz = static_cast<const TAct*>(p.src.qkvz);
   const TAct* wt = static_cast<const TAct*>(p.conv.weight);
@@ -113,8 +103,7 @@ __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const G
 }
 
 // A chunk ([q | k | v] index c): y_t = act(bias + sum_j w_j (window ++ tokens)[t + j]) into
-// buf row t (kRow elements; GDN_TMA_CONV_LEAN: one 16-byte store per token), then its new pool rows through put(row,
-// vec) (the same CH channels).
+// buf row t (kRow elements), then its new pool rows through put(row, vec) (the same CH channels).
 template <typename TAct, int kTok, int kW, typename Put>
 __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupMeta& g, const GroupConv& gc,
                                           const GcChunk<TAct, kTok>& in, int c, TAct* buf, int kRow, Put put) {
@@ -126,18 +115,14 @@ __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupM
 #pragma unroll
   for (int t = 0; t < kTok; ++t) {
     if (t >= gc.len) break;
-    alignas(16) TAct yt[CH];
 #pragma unroll
     for (int e = 0; e < CH; ++e) {
       float y = has_bias ? to_float(in.b[e]) : 0.f;
 #pragma unroll
       for (int jj = 0; jj < kMaxW; ++jj)
         if (jj >= kMaxW - W && t + jj < C::kN) y += to_float(in.w[jj][e]) * to_float(x[t + jj][e]);
-      if constexpr (GDN_TMA_CONV_LEAN) yt[e] = from_float<TAct>(p.conv.silu ? silu(y) : y);
-      else buf[t * kRow + c + e] = from_float<TAct>(p.conv.silu ? silu(y) : y);
+      buf[t * kRow + c + e] = from_float<TAct>(p.conv.silu ? silu(y) : y);
     }
-    if constexpr (GDN_TMA_CONV_LEAN)
-      *reinterpret_cast<typename C::Vec*>(buf + t * kRow + c) = *reinterpret_cast<const typename C::Vec*>(yt);
   }
   if (g.spec) {  // rows 0..W-3 <- old rows base+1..base+W-2; row W-2+t <- token t, t < nt
 #pragma unroll

@@ -18,7 +18,6 @@ __device__ __forceinline__ GroupConv group_conv_of(const RecurrentParams& p, con
   GroupConv gc;
   gc.q0 = h * PL.K, gc.k0 = PL.H * PL.K + h * PL.K, gc.v0 = 2 * PL.H * PL.K + h * rv;  // first conv channels
   gc.KP = KP, gc.chunks = (2 * KP + rv) / gc_ch<TAct>();
-  if constexpr (GDN_TMA_CONV_LEAN) gc.qc0 = PL.conv_col(gc.q0), gc.kc0 = PL.conv_col(gc.k0), gc.vc0 = PL.conv_col(gc.v0);
   gc.slot0 = m.slot0, gc.base = m.base, gc.begin = m.begin;
   gc.len = static_cast<int>(m.len < kTok ? m.len : kTok);
   gc.nt = g.spec ? (gc.len < g.cols ? gc.len : static_cast<int>(g.cols)) : gc.len;
@@ -83,11 +82,10 @@ __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const
   gc_rows<kTok>(p, g, gc, xr);
   for (int cc = lane; cc < gc.chunks; cc += 32) {
     C in;
-    if constexpr (GDN_TMA_CONV_LEAN) gc_load_global<TAct, kTok, kW>(p, gc, xr, gc.channel(cc * CH), gc.col(cc * CH), in);
-    else gc_load_global<TAct, kTok, kW>(p, gc, xr, gc.channel(cc * CH), p.src.proj.conv_col(gc.channel(cc * CH)), in);
-    TAct* pool = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel(cc * CH);
+    gc_load_global<TAct, kTok, kW>(p, gc, xr, gc.channel(cc * CH), in);
+    TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel(cc * CH);
     gc_finish<TAct, kTok, kW>(p, g, gc, in, cc * CH, buf, kRow, [&](int row, const typename C::Vec& v) {
-      *reinterpret_cast<typename C::Vec*>(pool + row * p.conv.D) = v;
+      *reinterpret_cast<typename C::Vec*>(col + row * p.conv.D) = v;
     });
   }
 }
