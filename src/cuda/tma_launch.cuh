@@ -32,8 +32,8 @@ TmaShape tma_shape(int dev) {
     int major = 0, sms = 0, per_sm = 0;
     cudaFuncAttributes fa{};
     int kb = kFused ? GDN_TMA_SMEM_KB_FUSED : GDN_TMA_SMEM_KB;
-    if (const char* e = std::getenv("GDN_TMA_SMEM_KB_FUSED"); kFused && e != nullptr)  // tuning sweeps
-      kb = std::max(16, std::min(227, std::atoi(e)));
+    if constexpr (kFused)  // tuning sweeps and the ring: tests
+      if (const char* e = std::getenv("GDN_TMA_SMEM_KB_FUSED")) kb = std::max(16, std::min(227, std::atoi(e)));
     s.stages = tma_ring_stages(kb * 1024, Lay::kHead, Lay::kStage, Lay::kConsumers, Lay::kMaxStages);  // a multiple of kConsumers
     s.smem = Lay::kHead + s.stages * Lay::kStage;
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
