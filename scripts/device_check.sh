@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine: build with CUDA (Release), run the whole test suite for real, replay the
 # golden cases on the CUDA backend, report kernel resources, and optionally run tools passed as
-# STAGES (space-separated: tests replay ptxas sanitize sanitize_tma bench peers python). Logs go to $OUT (or ./device-out).
+# STAGES (space-separated: tests replay ptxas sanitize sanitize_tma bench peers ab python). Logs go to $OUT (or ./device-out).
 set -uo pipefail
 OUT=${OUT:-device-out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
-STAGES=${STAGES:-"tests replay ptxas"}  # also: sanitize sanitize_tma bench peers python
+STAGES=${STAGES:-"tests replay ptxas"}  # also: sanitize sanitize_tma bench peers ab python
 B=build-dev
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 ${CMAKE_EXTRA:-} > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build $B -j 16 > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
@@ -25,6 +25,12 @@ for s in $STAGES; do
       grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT"/sanitize_tma_*.log | sort | uniq -c | head -12 ;;
     bench) $B/bin/gdn bench ${BENCH_ARGS:-} --out "$OUT/bench.json" > "$OUT/bench.log" 2>&1; echo "bench rc=$?"; tail -2 "$OUT/bench.log" ;;
     peers) timeout ${PEERS_S:-120} python3 bench/peers.py --peers vllm_sigmoid,vllm_recurrent,fla_recurrent --ours-json "$OUT/bench.json" --out "$OUT/peers.json" > "$OUT/peers.log" 2>&1; echo "peers rc=$?"; tail -3 "$OUT/peers.log" ;;
+    ab) # A/B of environment settings on one binary: AB_ENVS="- GDN_TMA_VCONV=0" (space-separated; "-": none,
+        # several variables in one setting joined by commas), each with gdn bench $BENCH_ARGS, then bench/compare.py
+      runs=""; for e in ${AB_ENVS:--}; do tag=$(echo "$e" | tr ',=' '_-'); [ "$e" = "-" ] && tag=default
+        env $( [ "$e" = "-" ] || echo "${e//,/ }") $B/bin/gdn bench ${BENCH_ARGS:-} --out "$OUT/ab-$tag.json" > "$OUT/ab-$tag.log" 2>&1
+        echo "ab $e rc=$?"; runs="$runs $tag=$OUT/ab-$tag.json"; done
+      python3 bench/compare.py $runs --ratio | tee "$OUT/ab.md" ;;
     python) GDN_SKIP_DEPS=1 timeout ${PYTHON_S:-200} make test-python BUILD=$B > "$OUT/python.log" 2>&1; echo "python rc=$?"; tail -15 "$OUT/python.log" ;;
   esac
 done
