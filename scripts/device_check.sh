@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine: build with CUDA (Release), run the whole test suite for real, replay the
 # golden cases on the CUDA backend, report kernel resources, and optionally run tools passed as
-# STAGES (space-separated: tests replay ptxas sanitize sanitize_tma bench peers ab python). Logs go to $OUT (or ./device-out).
+# STAGES (space-separated: tests replay ptxas sanitize sanitize_tma bench peers ab ncu python). Logs go to $OUT (or ./device-out).
 set -uo pipefail
 OUT=${OUT:-device-out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
-STAGES=${STAGES:-"tests replay ptxas"}  # also: sanitize sanitize_tma bench peers ab python
+STAGES=${STAGES:-"tests replay ptxas"}  # also: sanitize sanitize_tma bench peers ab ncu python
 B=build-dev
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 ${CMAKE_EXTRA:-} > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build $B -j 16 > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
@@ -31,6 +31,13 @@ for s in $STAGES; do
         env $( [ "$e" = "-" ] || echo "${e//,/ }") $B/bin/gdn bench ${BENCH_ARGS:-} --out "$OUT/ab-$tag.json" > "$OUT/ab-$tag.log" 2>&1
         echo "ab $e rc=$?"; runs="$runs $tag=$OUT/ab-$tag.json"; done
       python3 bench/compare.py $runs --ratio | tee "$OUT/ab.md" ;;
+    ncu) # warp-stall samples per SASS line of one launch (NCU_KERNEL regex, NCU_BENCH: gdn bench arguments)
+      timeout ${NCU_S:-240} ncu --kernel-name "regex:${NCU_KERNEL:-recurrent_tma_kernel}" --launch-skip ${NCU_SKIP:-3} \
+        --launch-count 1 --section SourceCounters --section WarpStateStats -o "$OUT/prof" \
+        $B/bin/gdn bench ${NCU_BENCH:---models qwen3-next-tp1 --n 64 --t 1 --ops fused} > "$OUT/ncu.log" 2>&1
+      echo "ncu rc=$?"; ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass > "$OUT/src.csv" 2>&1
+      python3 bench/ncu_stalls.py "$OUT/src.csv" | tee "$OUT/stalls.txt" | head -45
+      gzip -f "$OUT/src.csv"; rm -f "$OUT/prof.ncu-rep" ;;
     python) GDN_SKIP_DEPS=1 timeout ${PYTHON_S:-200} make test-python BUILD=$B > "$OUT/python.log" 2>&1; echo "python rc=$?"; tail -15 "$OUT/python.log" ;;
   esac
 done
