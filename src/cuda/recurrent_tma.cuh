@@ -332,9 +332,10 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  // profile: resolve (producer) / inputs, conv shares, z (consumers); barrier waits; recurrence
-  // (producer: waits for free group buffers); stores (producer: copy issue)
-  // (fused consumers: [4] waits for the group buffer, [5] cycle of the first item's start)
+  // profile: [0] resolve (producer, conv warp) / first inputs, z (consumers); [1] barrier waits;
+  // [2] recurrence (conv warp: its group loop); [3] stores (producer: copy issue); fused: [4] the
+  // consumers' waits for group buffers, [5] cycle of a consumer's first item (conv warp: of its
+  // first 32 groups' end)
   long long prof[6] = {0, 0, 0, 0, 0, 0};
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;

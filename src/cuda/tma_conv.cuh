@@ -9,7 +9,8 @@
 
 namespace gdn::cuda {
 
-// The conv of a short group (<= kTok tokens): what group_conv.cuh needs from the item metadata.
+// The conv of a group (m: its first item's metadata): what group_conv.cuh (short sequences) and
+// group_conv_long need.
 template <typename TAct, int KP, int kTok>
 __device__ __forceinline__ GroupConv group_conv_of(const RecurrentParams& p, const TmaMeta<kTok>& m) {
   const GroupMeta& g = p.group[m.gi];

@@ -101,11 +101,11 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
         work = nseq * p.H;
         if (p.HV != p.H * p.r || p.r * p.V > kTmaMaxRV) return std::nullopt;  // V (= proj.V) % 8: above
         if (!tma_group_ring_ok(Lay::kConsumers, Lay::kGroupBufs, tg.group_items, Lay::kConvWarps)) return std::nullopt;
-      }
-      if constexpr (kFused)  // the conv warp's width-4 code: weights [D, 4] as 16-byte vectors, bias as one
+        // the conv warp's width-4 code: weights [D, 4] as 16-byte vectors, bias as one
         tg.conv_w4 = GDN_TMA_CONV_W4 && p.conv.W == 4 && p.conv.weight_rs == 4 &&
                      aligned16(p.conv.weight, 0, sizeof(TAct)) &&
                      (p.conv.bias == nullptr || aligned16(p.conv.bias, 0, sizeof(TAct)));
+      }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       return Launch(static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream)(
           recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>, p, tg);

@@ -20,8 +20,8 @@ namespace gdn::cuda {
 #define GDN_TMA_SMEM_KB 108
 #endif
 // The same for the fused step (group buffers + stages; GDN_TMA_SMEM_KB_FUSED in the environment
-// overrides it, for tuning): a shallower ring than the primitive op's shortens the conv warp's loaded
-// round trips behind the state copies (bench/RESULTS.md step 46).
+// overrides it, for tuning): a shallower ring than the primitive op's measured 3-6% faster
+// (bench/RESULTS.md step 46).
 #ifndef GDN_TMA_SMEM_KB_FUSED
 #define GDN_TMA_SMEM_KB_FUSED 80
 #endif
