@@ -44,10 +44,11 @@
 namespace gdn::cuda {
 
 // The producer warp: resolves 32 items at once (lane u: the block's item k0 + u: its metadata, gate
-// inputs, stage and copy sources), then issues them in order, one lane at a time.
+// inputs, stage and copy sources), then issues them in order, one lane at a time. hold: waits for
+// the fused step's conv prologue (named barrier 2) before its first copy.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, int lane, long long* prof) {
+                                            uint64_t* full, uint64_t* empty, bool hold, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   const uint64_t pol = evict_first_policy();
   for (int k0 = 0; k0 < nk; k0 += 32) {
@@ -58,6 +59,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
     const int st = k % tg.stages;
     const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
     const int nb = nk - k0 < 32 ? nk - k0 : 32;
+    if (hold && k0 == 0) bar_sync(2, Lay::kThreads);  // fused: the prologue's conv is done (its scratch: stages)
 #if GDN_TMA_PROFILE
     for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (it.tile != nullptr), u);
     TMA_ADD(prof[0], t_res);
@@ -353,12 +355,20 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     const int items = static_cast<int>((p.group[0].n + p.group[1].n) * p.HV * tg.tiles);
     nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
+  int pre = 0;  // fused: the block's first groups convolved by all but the producer, which waits for it
+  if constexpr (kFused)
+    if (tg.pre > 0 && warp != Lay::kConsumers) {
+      pre = tma_conv_prologue<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gready, stages, warp > Lay::kConsumers,
+                                                  (warp < Lay::kConsumers ? warp : warp - 1) * 32 + lane,
+                                                  (Lay::kConsumers + Lay::kConvWarps) * 32, lane);
+      bar_arrive(2, Lay::kThreads);
+    }
   if (warp == Lay::kConsumers) {
-    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, lane, prof);
+    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, kFused && tg.pre > 0, lane, prof);
   } else if (warp < Lay::kConsumers) {
     tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
   } else if constexpr (kFused) {
-    tma_conv_warp<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gdone, gready, warp - Lay::kConsumers - 1, Lay::kConvWarps, lane,
+    tma_conv_warp<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gdone, gready, warp - Lay::kConsumers - 1, Lay::kConvWarps, pre, lane,
                                       prof);
   }
 #if GDN_TMA_PROFILE

@@ -66,6 +66,21 @@ __device__ __noinline__ void group_conv_long(const RecurrentParams& p, const Tma
   pool_update<TAct>(p, g, cs, gc.v0, p.r * p.src.proj.V, lane);
 }
 
+// Chunk cc of a short group's conv: its inputs requested at once, its conv outputs into the group
+// buffer and its new pool rows from the same registers.
+template <typename TAct, int KP, int kTok, int kW>
+__device__ __forceinline__ void group_conv_chunk(const RecurrentParams& p, const GroupMeta& g, const GroupConv& gc,
+                                                 const int64_t (&xr)[kTok], int cc, TAct* buf) {
+  constexpr int kRow = tma_group_row(KP), CH = gc_ch<TAct>();
+  using C = GcChunk<TAct, kTok>;
+  C in;
+  gc_load_global<TAct, kTok, kW>(p, gc, xr, gc.channel(cc * CH), in);
+  TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel(cc * CH);
+  gc_finish<TAct, kTok, kW>(p, g, gc, in, cc * CH, buf, kRow, [&](int row, const typename C::Vec& v) {
+    *reinterpret_cast<typename C::Vec*>(col + row * p.conv.D) = v;
+  });
+}
+
 // A short group's conv (len <= kTok: every decode and verify sequence) in one pass, a lane's chunks
 // lane, lane + 32, ...: every input of a chunk requested at once (group_conv.cuh), then its conv
 // outputs into the group buffer and its new pool rows from the same registers. kW = 4 (the common
@@ -75,20 +90,11 @@ __device__ __noinline__ void group_conv_long(const RecurrentParams& p, const Tma
 template <typename TAct, int KP, int kTok, int kW>
 __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf,
                                                  int lane) {
-  constexpr int kRow = tma_group_row(KP), CH = gc_ch<TAct>();
-  using C = GcChunk<TAct, kTok>;
   const GroupMeta& g = p.group[m.gi];
   const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
   int64_t xr[kTok];
   gc_rows<kTok>(p, g, gc, xr);
-  for (int cc = lane; cc < gc.chunks; cc += 32) {
-    C in;
-    gc_load_global<TAct, kTok, kW>(p, gc, xr, gc.channel(cc * CH), in);
-    TAct* col = static_cast<TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride + gc.channel(cc * CH);
-    gc_finish<TAct, kTok, kW>(p, g, gc, in, cc * CH, buf, kRow, [&](int row, const typename C::Vec& v) {
-      *reinterpret_cast<typename C::Vec*>(col + row * p.conv.D) = v;
-    });
-  }
+  for (int cc = lane; cc < gc.chunks; cc += 32) group_conv_chunk<TAct, KP, kTok, kW>(p, g, gc, xr, cc, buf);
 }
 
 // Fused, a conv warp for group gq of its block (m: the metadata of its first item): waits until
@@ -112,15 +118,15 @@ __device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const 
   mbar_arrive(&gready[gs]);
 }
 
-// Fused, conv warp cw of ncw: resolves 32 of its groups at once (groups cw, cw + ncw, ...; lane u:
-// the first item of its group j0 + u), then computes them in order (group_conv_warp), up to
-// kGroupBufs - 1 groups ahead of the consumers.
+// Fused, conv warp cw of ncw: resolves 32 of its groups at once (groups cw, cw + ncw, ... from the
+// first one the prologue left; lane u: the first item of its group j0 + u), then computes them in
+// order (group_conv_warp), up to kGroupBufs - 1 groups ahead of the consumers.
 template <typename TAct, typename TS, int KP, int kTok>
 __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg, int nk, TAct* gbuf, uint64_t* gdone,
-                                           uint64_t* gready, int cw, int ncw, int lane, long long* prof) {
+                                           uint64_t* gready, int cw, int ncw, int pre, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, true>;
   const int ng = nk / tg.group_items;
-  for (int j0 = 0; cw + j0 * ncw < ng; j0 += 32) {
+  for (int j0 = pre; cw + j0 * ncw < ng; j0 += 32) {  // pre > 0: one conv warp (host)
     TMA_T0(t_res);
     const int mine = cw + (j0 + lane) * ncw;
     TmaMeta<kTok> m{};
@@ -136,6 +142,55 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
 #endif
   }
   (void)prof;
+}
+
+// Fused, one conv warp (TmaGrid::pre > 0): the conv of the block's first groups (at most tg.pre,
+// up to the first sequence longer than kTok) by every warp but the producer, before the producer
+// issues any state copy, so that its loads do not queue behind the ring fill, and the consumers'
+// first items do not wait for a lone conv warp (bench/RESULTS.md step 53). The conv warp resolves
+// the groups' first items into `scratch` (shared memory no stage uses yet), then the threads take
+// (group, chunk) pairs; the conv warp then marks the groups' buffers written (gready). Returns how
+// many groups it did: the conv warp goes on from there. tid: 0 .. nthreads - 1 over the warps taking
+// part (the consumers and the conv warp); named barrier 1 joins them.
+template <typename TAct, typename TS, int KP, int kTok>
+__device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid tg, int nk, TAct* gbuf,
+                                              uint64_t* gready, uint8_t* scratch, bool conv_warp, int tid,
+                                              int nthreads, int lane) {
+  using Lay = TmaLayout<TAct, TS, KP, kTok, true>;
+  static_assert(Lay::kGroupBufs <= 32 && Lay::kGroupBufs * sizeof(TmaMeta<kTok>) + 16 <= Lay::kStage,
+                "a lane per group; the scratch fits a stage");
+  TmaMeta<kTok>* meta = reinterpret_cast<TmaMeta<kTok>*>(scratch);
+  int* s_pre = reinterpret_cast<int*>(scratch + Lay::kGroupBufs * sizeof(TmaMeta<kTok>));
+  if (conv_warp) {
+    const int ng = nk / tg.group_items, cnt = ng < tg.pre ? ng : tg.pre;  // tg.pre <= kGroupBufs <= 32
+    TmaMeta<kTok> m{};
+    if (lane < cnt) {
+      m = resolve_item<TAct, TS, KP, kTok, true>(p, tg, lane * tg.group_items).m;
+      meta[lane] = m;
+    }
+    const unsigned longs = __ballot_sync(0xffffffffu, lane < cnt && m.len > kTok && !(m.flags & (kTmaSkip | kTmaPad)));
+    if (lane == 0) *s_pre = longs && __ffs(longs) - 1 < cnt ? __ffs(longs) - 1 : cnt;
+  }
+  bar_sync(1, nthreads);
+  const int pre = *s_pre;
+  const int chunks = (2 * KP + p.r * p.src.proj.V) / gc_ch<TAct>();
+  for (int task = tid; task < pre * chunks; task += nthreads) {
+    const int gq = task / chunks, cc = task - gq * chunks;
+    const TmaMeta<kTok>& m = meta[gq];
+    if (m.flags & (kTmaSkip | kTmaPad)) continue;
+    const GroupMeta& g = p.group[m.gi];
+    const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
+    int64_t xr[kTok];
+    gc_rows<kTok>(p, g, gc, xr);
+    TAct* buf = gbuf + gq * Lay::kGroupElems;  // gq < kGroupBufs: the group's buffer
+    if (tg.conv_w4) group_conv_chunk<TAct, KP, kTok, 4>(p, g, gc, xr, cc, buf);
+    else group_conv_chunk<TAct, KP, kTok, 0>(p, g, gc, xr, cc, buf);
+  }
+  fence_proxy_async();  // the scratch's generic accesses before the stages' bulk copies
+  bar_sync(1, nthreads);
+  if (conv_warp)
+    for (int gq = 0; gq < pre; ++gq) mbar_arrive(&gready[gq]);
+  return pre;
 }
 
 }  // namespace gdn::cuda

@@ -105,6 +105,9 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
         tg.conv_w4 = GDN_TMA_CONV_W4 && p.conv.W == 4 && p.conv.weight_rs == 4 &&
                      aligned16(p.conv.weight, 0, sizeof(TAct)) &&
                      (p.conv.bias == nullptr || aligned16(p.conv.bias, 0, sizeof(TAct)));
+        // the first groups' conv by the whole block before the copies (GDN_TMA_CONV_PRE=0 in the
+        // environment: off, for A/B runs)
+        if (Lay::kConvWarps == 1 && GDN_TMA_CONV_PRE && !env_equals("GDN_TMA_CONV_PRE", "0")) tg.pre = Lay::kGroupBufs;
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       return Launch(static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream)(

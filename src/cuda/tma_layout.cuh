@@ -66,6 +66,9 @@ __device__ int g_tma_launches;
 #ifndef GDN_TMA_CONV_W4  // fused: the conv warp's code for width 4 (and [D, 4] weights) apart from the general one
 #define GDN_TMA_CONV_W4 1
 #endif
+#ifndef GDN_TMA_CONV_PRE  // fused: the block's first groups' conv by all its warps before any copy (one conv warp)
+#define GDN_TMA_CONV_PRE 1
+#endif
 #ifndef GDN_TMA_CONV_WARPS  // fused: conv warps per block (the consumers are GDN_TMA_CONSUMERS minus these)
 #define GDN_TMA_CONV_WARPS 1
 #endif
@@ -183,6 +186,7 @@ struct TmaGrid {
   int tiles, stages;
   int group_items;  // fused: items of one (sequence, key head) group (r x tiles)
   int conv_w4 = 0;  // fused: the conv is 4 wide with [D, 4] 16-byte aligned weights, bias aligned or absent
+  int pre = 0;      // fused: at most this many of the block's first groups convolved before the copies start
 };
 
 }  // namespace gdn::cuda
