@@ -108,6 +108,8 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
         // the first groups' conv by the whole block before the copies (GDN_TMA_CONV_PRE=0 in the
         // environment: off, for A/B runs)
         if (Lay::kConvWarps == 1 && GDN_TMA_CONV_PRE && !env_equals("GDN_TMA_CONV_PRE", "0")) tg.pre = Lay::kGroupBufs;
+        // each group's items rotated by the block index (GDN_TMA_ROT=0 in the environment: off)
+        tg.rot = !env_equals("GDN_TMA_ROT", "0");
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       return Launch(static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream)(

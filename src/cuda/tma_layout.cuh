@@ -187,6 +187,7 @@ struct TmaGrid {
   int group_items;  // fused: items of one (sequence, key head) group (r x tiles)
   int conv_w4 = 0;  // fused: the conv is 4 wide with [D, 4] 16-byte aligned weights, bias aligned or absent
   int pre = 0;      // fused: at most this many of the block's first groups convolved before the copies start
+  int rot = 0;      // fused: block b takes each group's items from item b mod group_items on (rotated)
 };
 
 }  // namespace gdn::cuda
