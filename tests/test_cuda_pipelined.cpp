@@ -9,7 +9,8 @@
 //     those of the other kernels (GDN_CUDA_TMA=0: the cluster kernel of fused_step.cuh); conv width
 //     4 with and without bias and width 3.
 //   CudaFusedDefault.ModelShapeBatchesMatchTheCpu: the default choice at the Qwen3-Next TP1 shape,
-//     288 (sequence, key head) groups (the pipelined fused step) and 64 (the cluster kernel).
+//     288 (sequence, key head) groups (the pipelined fused step), 64 (the cluster kernel), and 320 groups
+//     of one-token sequences (the pipelined step with its conv prologue).
 // Tolerances as in test_cuda_graph.cpp (1e-5 for float32 activations and state, 1e-2 when either is
 // 16-bit; copies of input bits exact). Skips without a GPU; kernels that cannot run (no sm_90) fall
 // back to the other kernels, which must match the CPU just the same.
@@ -112,18 +113,21 @@ INSTANTIATE_TEST_SUITE_P(
 // activations): 18 sequences (8 decodes, 6 verify, 2 prefills of up to 12 tokens, 2 padding) are
 // 288 (sequence, key head) groups, so on sm_90 the default runs the pipelined fused step
 // (GDN_TMA_MIN_GROUPS_FUSED = 256), with its long-sequence hand-over; 4 sequences (64 groups) keep
-// the cluster kernel. Each equals the CPU and, in z and the conv pool, the GDN_CUDA_TMA=0 run.
+// the cluster kernel; 20 decodes (320 groups, at most 2 per block on the H200)
+// run the pipelined step with its conv prologue (TmaGrid::pre). Each equals the CPU and, in z and
+// the conv pool, the GDN_CUDA_TMA=0 run.
 class CudaFusedDefault : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaFusedDefault, ModelShapeBatchesMatchTheCpu) {
   GRAPH_SKIP_WITHOUT_GPU();
-  for (const bool large : {true, false}) {
-    Rng r(9700u + (large ? 1 : 0) + (GetParam() == DType::kFloat32 ? 10 : 0));
+  for (const int kind : {1, 0, 2}) {  // 1: large mixed, 0: small, 2: one-token sequences only
+    Rng r(9700u + kind + (GetParam() == DType::kFloat32 ? 10 : 0));
     AttnProblem p;
     p.act = DType::kBFloat16; p.ssm_dtype = GetParam(); p.H = 16; p.HV = 32; p.K = 128; p.V = 128; p.cols = 4;
     MixOptions m;
-    if (large) m.n_prefill = 2, m.max_prefill = 12, m.n_decode = 8, m.n_spec = 6;
-    else m.n_prefill = 1, m.n_decode = 1, m.n_spec = 1, m.n_pad_ns = 1, m.n_pad_spec = 0;
+    if (kind == 1) m.n_prefill = 2, m.max_prefill = 12, m.n_decode = 8, m.n_spec = 6;
+    else if (kind == 0) m.n_prefill = 1, m.n_decode = 1, m.n_spec = 1, m.n_pad_ns = 1, m.n_pad_spec = 0;
+    else m.n_prefill = 0, m.n_decode = 20, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
     make_mixed_batch(p, r, m);
     fill_attention_data(p, r);
     SCOPED_TRACE(describe(p));

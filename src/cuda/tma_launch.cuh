@@ -105,13 +105,19 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
         tg.conv_w4 = GDN_TMA_CONV_W4 && p.conv.W == 4 && p.conv.weight_rs == 4 &&
                      aligned16(p.conv.weight, 0, sizeof(TAct)) &&
                      (p.conv.bias == nullptr || aligned16(p.conv.bias, 0, sizeof(TAct)));
-        // the first groups' conv by the whole block before the copies (GDN_TMA_CONV_PRE=0 in the
-        // environment: off, for A/B runs)
-        if (Lay::kConvWarps == 1 && GDN_TMA_CONV_PRE && !env_equals("GDN_TMA_CONV_PRE", "0")) tg.pre = Lay::kGroupBufs;
         // each group's items rotated by the block index (GDN_TMA_ROT=0 in the environment: off)
         tg.rot = !env_equals("GDN_TMA_ROT", "0");
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
+      if constexpr (kFused) {
+        // The conv prologue (every group of the block convolved before the copies start): where it
+        // measured faster (bench/RESULTS.md step 53: one-token sequences, every group of a block in
+        // the prologue); GDN_TMA_CONV_PRE=1 in the environment: always, 0: never (tests, A/B runs).
+        const bool pre_on = env_equals("GDN_TMA_CONV_PRE", "1"),
+                   pre_off = env_equals("GDN_TMA_CONV_PRE", "0") || !GDN_TMA_CONV_PRE || Lay::kConvWarps != 1;
+        if (!pre_off && (pre_on || (rows <= nseq && (work + blocks - 1) / blocks <= Lay::kGroupBufs)))
+          tg.pre = Lay::kGroupBufs;
+      }
       return Launch(static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream)(
           recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>, p, tg);
     };
