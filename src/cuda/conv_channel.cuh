@@ -101,16 +101,18 @@ __device__ void conv_channel(const ConvRef& cv, const TokenSource& src, const Gr
 }
 
 // z[row, hv, :] = its qkvz columns (contiguous in both layouts), rows < num_actual_tokens: one
-// (row, hv) pair per warp, pairs spread over `blocks` blocks of kThreads threads.
+// (row, hv) pair per warp, pairs spread over `blocks` blocks of kThreads threads (warp: this warp's
+// index among them; -1: threadIdx.x / 32).
 template <typename TAct, int kThreads>
-__device__ void copy_z(const TokenSource& src, void* z_ptr, int64_t z_rs, int64_t block, int64_t blocks) {
+__device__ void copy_z(const TokenSource& src, void* z_ptr, int64_t z_rs, int64_t block, int64_t blocks,
+                       int warp = -1) {
   const auto& L = src.proj;
   const TAct* x = static_cast<const TAct*>(src.qkvz);
   TAct* z = static_cast<TAct*>(z_ptr);
   const int64_t pairs = src.num_actual_tokens * L.HV;
   constexpr int kWarps = kThreads / 32;
   const int64_t warps = blocks * kWarps;
-  for (int64_t pr = block * kWarps + threadIdx.x / 32; pr < pairs; pr += warps) {
+  for (int64_t pr = block * kWarps + (warp >= 0 ? warp : threadIdx.x / 32); pr < pairs; pr += warps) {
     const int64_t row = pr / L.HV;
     const int hv = static_cast<int>(pr - row * L.HV);
     const TAct* from = x + row * src.qkvz_rs + L.z_col(hv, 0);

@@ -59,7 +59,6 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
     const int st = k % tg.stages;
     const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
     const int nb = nk - k0 < 32 ? nk - k0 : 32;
-    if (hold && k0 == 0) bar_sync(2, Lay::kThreads);  // fused: the prologue's conv is done (its scratch: stages)
 #if GDN_TMA_PROFILE
     for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (it.tile != nullptr), u);
     TMA_ADD(prof[0], t_res);
@@ -87,10 +86,15 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
       }
       TMA_ADD(prof[3], t_iss);  // profile: the producer's "store" column is the copy issue
     };
+    // fused prologue (hold): its first tg.early items at once, the rest once the prologue's conv is
+    // done (its scratch: the last stage, which they do not reach)
+    const int early = hold && k0 == 0 ? (tg.early < nb ? tg.early : nb) : 0;
     for (int u = 0; u < nb; ++u) {
+      if (u == early && hold && k0 == 0) bar_sync(2, Lay::kThreads);
       if (lane == u) issue();
       __syncwarp();
     }
+    if (early == nb && hold && k0 == 0) bar_sync(2, Lay::kThreads);
   }
 }
 
@@ -298,7 +302,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   TMA_T0(t_z);
   if constexpr (kFused)  // z: every row below num_actual_tokens, spread over the grid's consumer warps
-    copy_z<TAct, Lay::kConsumers * 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x);
+    if (!tg.zc) copy_z<TAct, Lay::kConsumers * 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x);
   TMA_ADD(prof[0], t_z);
   ConsumerPos c{warp, warp, 0u};  // stages: a multiple of kConsumers (host)
   c = tma_consume_from<TAct, TS, KP, kTok, kFused, false>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane,
@@ -358,7 +362,8 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   int pre = 0;  // fused: the block's first groups convolved by all but the producer, which waits for it
   if constexpr (kFused)
     if (tg.pre > 0 && warp != Lay::kConsumers) {
-      pre = tma_conv_prologue<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gready, stages, warp > Lay::kConsumers,
+      pre = tma_conv_prologue<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gready, stages + (tg.stages - 1) * Lay::kStage,
+                                                  warp > Lay::kConsumers,
                                                   (warp < Lay::kConsumers ? warp : warp - 1) * 32 + lane,
                                                   (Lay::kConsumers + Lay::kConvWarps) * 32, lane);
       bar_arrive(2, Lay::kThreads);
@@ -370,6 +375,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   } else if constexpr (kFused) {
     tma_conv_warp<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gdone, gready, warp - Lay::kConsumers - 1, Lay::kConvWarps, pre, lane,
                                       prof);
+    if (tg.zc) copy_z<TAct, 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x, 0);  // z by the conv warp instead
   }
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))  // the producer: every lane

@@ -115,8 +115,14 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
         // the prologue); GDN_TMA_CONV_PRE=1 in the environment: always, 0: never (tests, A/B runs).
         const bool pre_on = env_equals("GDN_TMA_CONV_PRE", "1"),
                    pre_off = env_equals("GDN_TMA_CONV_PRE", "0") || !GDN_TMA_CONV_PRE || Lay::kConvWarps != 1;
-        if (!pre_off && (pre_on || (rows <= nseq && (work + blocks - 1) / blocks <= Lay::kGroupBufs)))
+        const bool fits = (work + blocks - 1) / blocks <= Lay::kGroupBufs;  // every group of a block
+        if (!pre_off && (pre_on || (rows <= nseq && fits))) {
           tg.pre = Lay::kGroupBufs;
+          // the producer's first items before the prologue ends (GDN_TMA_PRE_EARLY=0: none); z by the
+          // conv warp when the prologue leaves it little (GDN_TMA_ZCONV=0: by the consumers)
+          tg.early = env_equals("GDN_TMA_PRE_EARLY", "0") ? 0 : std::min(Lay::kConsumers, tg.stages - 1);
+          tg.zc = fits && !env_equals("GDN_TMA_ZCONV", "0");
+        }
       }
       return Launch(static_cast<unsigned>(blocks), Lay::kThreads, sh.smem, stream)(
           recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>, p, tg);

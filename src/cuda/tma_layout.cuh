@@ -188,6 +188,8 @@ struct TmaGrid {
   int conv_w4 = 0;  // fused: the conv is 4 wide with [D, 4] 16-byte aligned weights, bias aligned or absent
   int pre = 0;      // fused: at most this many of the block's first groups convolved before the copies start
   int rot = 0;      // fused: block b takes each group's items from item b mod group_items on (rotated)
+  int early = 0;    // fused prologue: items the producer issues before waiting for it (stages below the last)
+  int zc = 0;       // fused: z copied by the conv warp after its groups (else by the consumers first)
 };
 
 }  // namespace gdn::cuda
