@@ -36,7 +36,11 @@
 // consumers wait for the conv's round trips (when the producer computed it, steps 35-39 in
 // bench/RESULTS.md, it delayed the copies). From a consumer's first item of a sequence longer than
 // kTok on, an out-of-line copy of its loop (tma_consume_long) takes its items: it computes the later
-// tokens' conv from the qkvz rows (conv_tok.cuh). Consumer warps copy z first. The host side is in
+// tokens' conv from the qkvz rows (conv_tok.cuh). Consumer warps copy z first. One-token batches
+// whose blocks hold at most kGroupBufs groups start with a conv prologue instead (tma_conv.cuh:
+// every group of the block convolved by all warps but the producer, which issues only its first
+// copies meanwhile; the conv warp then copies z), and every fused block takes each group's items
+// rotated by its index (TmaGrid::rot; bench/RESULTS.md steps 54-59). The host side is in
 // tma_launch.cuh.
 #pragma once
 #include "cuda/tma_conv.cuh"
@@ -45,7 +49,7 @@ namespace gdn::cuda {
 
 // The producer warp: resolves 32 items at once (lane u: the block's item k0 + u: its metadata, gate
 // inputs, stage and copy sources), then issues them in order, one lane at a time. hold: waits for
-// the fused step's conv prologue (named barrier 2) before its first copy.
+// the fused step's conv prologue (named barrier 2) after its first tg.early copies.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, bool hold, int lane, long long* prof) {
@@ -302,6 +306,7 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   TMA_T0(t_z);
   if constexpr (kFused)  // z: every row below num_actual_tokens, spread over the grid's consumer warps
+                         // (TmaGrid::zc: by the conv warps instead, after their groups)
     if (!tg.zc) copy_z<TAct, Lay::kConsumers * 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x);
   TMA_ADD(prof[0], t_z);
   ConsumerPos c{warp, warp, 0u};  // stages: a multiple of kConsumers (host)
@@ -359,7 +364,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     const int items = static_cast<int>((p.group[0].n + p.group[1].n) * p.HV * tg.tiles);
     nk = (items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
-  int pre = 0;  // fused: the block's first groups convolved by all but the producer, which waits for it
+  int pre = 0;  // fused: the block's first groups convolved by all but the producer (tma_conv_prologue)
   if constexpr (kFused)
     if (tg.pre > 0 && warp != Lay::kConsumers) {
       pre = tma_conv_prologue<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gready, stages + (tg.stages - 1) * Lay::kStage,

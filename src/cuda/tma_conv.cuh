@@ -145,13 +145,14 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
 }
 
 // Fused, one conv warp (TmaGrid::pre > 0): the conv of the block's first groups (at most tg.pre,
-// up to the first sequence longer than kTok) by every warp but the producer, before the producer
-// issues any state copy, so that its loads do not queue behind the ring fill, and the consumers'
-// first items do not wait for a lone conv warp (bench/RESULTS.md step 53). The conv warp resolves
-// the groups' first items into `scratch` (shared memory no stage uses yet), then the threads take
-// (group, chunk) pairs; the conv warp then marks the groups' buffers written (gready). Returns how
-// many groups it did: the conv warp goes on from there. tid: 0 .. nthreads - 1 over the warps taking
-// part (the consumers and the conv warp); named barrier 1 joins them.
+// up to the first sequence longer than kTok) by every warp but the producer, which issues only its
+// first tg.early state copies meanwhile, so that the conv's loads do not queue behind the ring fill
+// and the consumers' first items do not wait for a lone conv warp (bench/RESULTS.md steps 54-59).
+// The conv warp resolves the groups' first items into `scratch` (the ring's last stage, which those
+// first copies do not reach), then the threads take (group, chunk) pairs; the conv warp then marks
+// the groups' buffers written (gready). Returns how many groups it did: the conv warp goes on from
+// there. tid: 0 .. nthreads - 1 over the warps taking part (the consumers and the conv warp); named
+// barrier 1 joins them.
 template <typename TAct, typename TS, int KP, int kTok>
 __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid tg, int nk, TAct* gbuf,
                                               uint64_t* gready, uint8_t* scratch, bool conv_warp, int tid,

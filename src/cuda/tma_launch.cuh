@@ -110,9 +110,9 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       if constexpr (kFused) {
-        // The conv prologue (every group of the block convolved before the copies start): where it
-        // measured faster (bench/RESULTS.md step 53: one-token sequences, every group of a block in
-        // the prologue); GDN_TMA_CONV_PRE=1 in the environment: always, 0: never (tests, A/B runs).
+        // The conv prologue (every group of the block convolved before most copies start): where it
+        // measured faster (bench/RESULTS.md steps 54-56: one-token sequences, every group of a block
+        // in the prologue); GDN_TMA_CONV_PRE=1 in the environment: always, 0: never (tests, A/B runs).
         const bool pre_on = env_equals("GDN_TMA_CONV_PRE", "1"),
                    pre_off = env_equals("GDN_TMA_CONV_PRE", "0") || !GDN_TMA_CONV_PRE || Lay::kConvWarps != 1;
         const bool fits = (work + blocks - 1) / blocks <= Lay::kGroupBufs;  // every group of a block
