@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Side-by-side times of several `gdn bench` JSON files (A/B runs of one lease), one row per case.
 
-usage: bench/compare.py NAME=FILE [NAME=FILE ...] [--ops fused] [--ratio]
-The first file is the reference: each other column also shows its change against it in percent.
+usage: bench/compare.py NAME=FILE[,FILE...] [NAME=FILE[,FILE...] ...] [--ops fused] [--ratio]
+The first run is the reference: each other column also shows its change against it in percent.
+Several files for one name (repeats of the same setting, e.g. interleaved A B A B in one lease):
+each case is their median.
 --ratio adds, per file, fused µs ÷ recurrent µs of the same file (the fused-step target).
 Cases missing from a file print as "-".
 """
 import argparse
 import json
+import statistics
 
 
 def load(path):
@@ -15,9 +18,18 @@ def load(path):
     return {(r["op"], r["model"], r["N"], r["T"], r["state"]): r["us"] for r in rows if r.get("us")}
 
 
+def load_runs(paths):
+    """The per-case median over one setting's files (a case missing from a file is left out there)."""
+    runs = [load(p) for p in paths]
+    keys = []
+    for r in runs:
+        keys += [k for k in r if k not in keys]
+    return {k: statistics.median([r[k] for r in runs if k in r]) for k in keys}
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("runs", nargs="+", help="NAME=FILE")
+    ap.add_argument("runs", nargs="+", help="NAME=FILE[,FILE...]")
     ap.add_argument("--ops", default="", help="comma-separated ops to show (default: all)")
     ap.add_argument("--ratio", action="store_true")
     a = ap.parse_args()
@@ -27,7 +39,7 @@ def main():
         if not path:
             ap.error(f"expected NAME=FILE, got {run!r}")
         names.append(name)
-        data.append(load(path))
+        data.append(load_runs(path.split(",")))
     ops = set(a.ops.split(",")) if a.ops else None
     keys = [k for k in data[0] if ops is None or k[0] in ops]
     for d in data[1:]:
