@@ -106,10 +106,9 @@ __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const
 template <typename TAct, int KP, int kTok>
 __device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
                                                 bool w4, TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
-  constexpr int kRow = tma_group_row(KP);
   const int gs = gq % bufs;
   mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
-  TAct* buf = gbuf + gs * (kTok * kRow);
+  TAct* buf = tma_group_buf<KP, kTok>(gbuf, gs);
   if (!(m.flags & (kTmaSkip | kTmaPad))) {
     if (m.len > kTok) return group_conv_long<TAct, KP, kTok>(p, m, buf, &gready[gs], lane);
     if (w4) group_conv_short<TAct, KP, kTok, 4>(p, m, buf, lane);
@@ -183,7 +182,7 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
     const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
     int64_t xr[kTok];
     gc_rows<kTok>(p, g, gc, xr);
-    TAct* buf = gbuf + gq * Lay::kGroupElems;  // gq < kGroupBufs: the group's buffer
+    TAct* buf = tma_group_buf<KP, kTok>(gbuf, gq);  // gq < kGroupBufs: the group's buffer
     if (tg.conv_w4) group_conv_chunk<TAct, KP, kTok, 4>(p, g, gc, xr, cc, buf);
     else group_conv_chunk<TAct, KP, kTok, 0>(p, g, gc, xr, cc, buf);
   }
