@@ -28,11 +28,11 @@ for s in $STAGES; do
     ab) # A/B of environment settings on one binary: AB_ENVS="- GDN_TMA_VCONV=0" (space-separated; "-": none,
         # several variables in one setting joined by commas), each with gdn bench $BENCH_ARGS, AB_REPEAT rounds
         # (default 1) of all settings in turn, then bench/compare.py (per case the median over the rounds)
-      for r in $(seq 1 ${AB_REPEAT:-1}); do for e in ${AB_ENVS:--}; do tag=$(echo "$e" | tr ',=' '_-'); [ "$e" = "-" ] && tag=default
+      ab_tag() { if [ "$1" = "-" ]; then echo default; else echo "$1" | tr ',=' '_-'; fi; }
+      for r in $(seq 1 ${AB_REPEAT:-1}); do for e in ${AB_ENVS:--}; do tag=$(ab_tag "$e")
         env $( [ "$e" = "-" ] || echo "${e//,/ }") $B/bin/gdn bench ${BENCH_ARGS:-} --out "$OUT/ab-$tag-$r.json" > "$OUT/ab-$tag-$r.log" 2>&1
         rc=$?; echo "ab $e round $r rc=$rc"; [ $rc = 0 ] && rm -f "$OUT/ab-$tag-$r.log"; done; done  # (few files come back)
-      runs=""; for e in ${AB_ENVS:--}; do tag=$(echo "$e" | tr ',=' '_-'); [ "$e" = "-" ] && tag=default
-        runs="$runs $tag=$(ls "$OUT"/ab-$tag-*.json | paste -sd,)"; done
+      runs=""; for e in ${AB_ENVS:--}; do runs="$runs $(ab_tag "$e")=$(ls "$OUT"/ab-$(ab_tag "$e")-*.json | paste -sd,)"; done
       python3 bench/compare.py $runs --ratio | tee "$OUT/ab.md" ;;
     ncu) # warp-stall samples per SASS line of one launch (NCU_KERNEL regex, NCU_BENCH: gdn bench arguments)
       timeout ${NCU_S:-240} ncu --kernel-name "regex:${NCU_KERNEL:-recurrent_tma_kernel}" --launch-skip ${NCU_SKIP:-3} \
