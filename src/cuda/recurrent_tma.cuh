@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   // [2] recurrence (conv warp: its group loop); [3] stores (producer: copy issue); fused: [4] the
   // consumers' waits for group buffers, [5] cycle of a consumer's first item (conv warp: of its
   // first 32 groups' end)
-  long long prof[6] = {0, 0, 0, 0, 0, 0};
+  long long prof[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // [6], [7]: the prologue's resolve and the rest
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
   if (threadIdx.x == 0) s_launch = blockIdx.x == 0 ? atomicAdd(&g_tma_launches, 1) : -1;
@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
       pre = tma_conv_prologue<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gready, stages + (tg.stages - 1) * Lay::kStage,
                                                   warp > Lay::kConsumers,
                                                   (warp < Lay::kConsumers ? warp : warp - 1) * 32 + lane,
-                                                  (Lay::kConsumers + Lay::kConvWarps) * 32, lane);
+                                                  (Lay::kConsumers + Lay::kConvWarps) * 32, lane, prof);
       bar_arrive(2, Lay::kThreads);
     }
   if (warp == Lay::kConsumers) {
@@ -385,7 +385,8 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))  // the producer: every lane
     printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld gwait %lld "
-           "first %lld\n", nk, warp, lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3], prof[4], prof[5]);
+           "first %lld pre_res %lld pre_rest %lld\n", nk, warp, lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3],
+           prof[4], prof[5], prof[6], prof[7]);
 #else
   (void)prof;
 #endif

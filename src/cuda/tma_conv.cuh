@@ -129,7 +129,9 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
     TMA_T0(t_res);
     const int mine = cw + (j0 + lane) * ncw;
     TmaMeta<kTok> m{};
-    if (mine < ng) m = resolve_item<TAct, TS, KP, kTok, true>(p, tg, mine * tg.group_items).m;
+    if (mine < ng)
+      m = tg.light ? resolve_item<TAct, TS, KP, kTok, true, true>(p, tg, mine * tg.group_items).m
+                   : resolve_item<TAct, TS, KP, kTok, true>(p, tg, mine * tg.group_items).m;
     TMA_ADD(prof[0], t_res);
     TMA_T0(t_cv);
     for (int u = 0; u < 32 && cw + (j0 + u) * ncw < ng; ++u)
@@ -155,7 +157,7 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
 template <typename TAct, typename TS, int KP, int kTok>
 __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid tg, int nk, TAct* gbuf,
                                               uint64_t* gready, uint8_t* scratch, bool conv_warp, int tid,
-                                              int nthreads, int lane) {
+                                              int nthreads, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, true>;
   static_assert(Lay::kGroupBufs <= 32 && Lay::kGroupBufs * sizeof(TmaMeta<kTok>) + 16 <= Lay::kStage,
                 "a lane per group; the scratch fits a stage");
@@ -164,13 +166,17 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
   if (conv_warp) {
     const int ng = nk / tg.group_items, cnt = ng < tg.pre ? ng : tg.pre;  // tg.pre <= kGroupBufs <= 32
     TmaMeta<kTok> m{};
+    TMA_T0(t_res);
     if (lane < cnt) {
-      m = resolve_item<TAct, TS, KP, kTok, true>(p, tg, lane * tg.group_items).m;
+      m = tg.light ? resolve_item<TAct, TS, KP, kTok, true, true>(p, tg, lane * tg.group_items).m
+                   : resolve_item<TAct, TS, KP, kTok, true>(p, tg, lane * tg.group_items).m;
       meta[lane] = m;
     }
+    TMA_ADD(prof[6], t_res);
     const unsigned longs = __ballot_sync(0xffffffffu, lane < cnt && m.len > kTok && !(m.flags & (kTmaSkip | kTmaPad)));
     if (lane == 0) *s_pre = longs && __ffs(longs) - 1 < cnt ? __ffs(longs) - 1 : cnt;
   }
+  TMA_T0(t_task);
   bar_sync(1, nthreads);
   const int pre = *s_pre;
   const int chunks = (2 * KP + p.r * p.src.proj.V) / gc_ch<TAct>();
@@ -188,6 +194,8 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
   }
   fence_proxy_async();  // the scratch's generic accesses before the stages' bulk copies
   bar_sync(1, nthreads);
+  TMA_ADD(prof[7], t_task);  // profile: the prologue after the groups' resolve (barriers included)
+  (void)prof;
   if (conv_warp)
     for (int gq = 0; gq < pre; ++gq) mbar_arrive(&gready[gq]);
   return pre;

@@ -18,7 +18,9 @@ struct TmaItem {
   int ntok = 0;
   uint32_t bytes = 0;
 };
-template <typename TAct, typename TS, int KP, int kTok, bool kFused>
+// kConvOnly (fused: the conv warp and the prologue): only what the group's conv needs (sequence,
+// tokens, slots, flags), not the gate inputs, A, dt_bias, verify slots nor the copy sources.
+template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kConvOnly = false>
 __device__ __forceinline__ TmaItem<TAct, kTok> resolve_item(const RecurrentParams& p, TmaGrid tg, int k) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   TmaItem<TAct, kTok> it;
@@ -45,8 +47,10 @@ __device__ __forceinline__ TmaItem<TAct, kTok> resolve_item(const RecurrentParam
   m.gi = sq.gi;
   m.i = static_cast<int>(sq.i);
   const int hv = m.hv, h = hv / p.r;
-  m.A = p.A_log(hv);  // raw here: its exp below, after the other loads are requested
-  m.dtb = p.dt_bias(hv);
+  if constexpr (!kConvOnly) {
+    m.A = p.A_log(hv);  // raw here: its exp below, after the other loads are requested
+    m.dtb = p.dt_bias(hv);
+  }
   const GroupMeta& g = p.group[m.gi];
   const SeqInfo si = resolve_seq(p, g, m.i, kFused);
   const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
@@ -55,28 +59,30 @@ __device__ __forceinline__ TmaItem<TAct, kTok> resolve_item(const RecurrentParam
   m.begin = si.tr.begin, m.len = si.tr.len, m.slot0 = si.slot0, m.base = g.spec ? static_cast<int>(si.acc - 1) : 0;
   m.flags = (si.tr.len == 0 ? kTmaSkip : pad ? kTmaPad : 0) | (si.init ? kTmaInit : 0);
   it.ntok = m.flags & (kTmaSkip | kTmaPad) ? 0 : static_cast<int>(si.tr.len < kTok ? si.tr.len : kTok);
+  if constexpr (!kConvOnly) {
 #pragma unroll
-  for (int t = 0; t < kTok; ++t) {
-    m.row[t] = t < it.ntok ? global_row(g, si.tr.begin + t, out_rows) : 0;
-    m.col_slot[t] = -1;
-    if (t < it.ntok) m.col_slot[t] = verify_slot(p, g, m.i, t);
-  }
-  const int64_t v0 = static_cast<int64_t>(hv) * p.V + static_cast<int64_t>(m.x) * Lay::kItemRows;
-#pragma unroll
-  for (int t = 0; t < kTok; ++t)
-    if (t < it.ntok) {
-      if constexpr (kFused) {
-        const TAct* ba = static_cast<const TAct*>(p.src.ba) + m.row[t] * p.src.ba_rs;
-        m.a[t] = to_float(ba[p.src.proj.a_col(hv)]), m.b[t] = to_float(ba[p.src.proj.b_col(hv)]);
-      } else {
-        const TokenSrc<TAct> x = token_src<TAct, KP>(p, m.row[t], h, hv, v0);
-        m.a[t] = x.a, m.b[t] = x.b;
-        it.q[t] = x.q, it.k[t] = x.k, it.v[t] = x.v;
-      }
+    for (int t = 0; t < kTok; ++t) {
+      m.row[t] = t < it.ntok ? global_row(g, si.tr.begin + t, out_rows) : 0;
+      m.col_slot[t] = -1;
+      if (t < it.ntok) m.col_slot[t] = verify_slot(p, g, m.i, t);
     }
-  m.A = -expf(m.A);
-  if (it.ntok > 0 && si.init) it.tile = static_cast<const TS*>(p.state) + si.read_slot * p.state_slot_stride + v0 * KP;
-  it.bytes = (it.tile ? Lay::kTile : 0) + (kFused ? 0 : it.ntok * (2 * Lay::kQK + Lay::kV));
+    const int64_t v0 = static_cast<int64_t>(hv) * p.V + static_cast<int64_t>(m.x) * Lay::kItemRows;
+#pragma unroll
+    for (int t = 0; t < kTok; ++t)
+      if (t < it.ntok) {
+        if constexpr (kFused) {
+          const TAct* ba = static_cast<const TAct*>(p.src.ba) + m.row[t] * p.src.ba_rs;
+          m.a[t] = to_float(ba[p.src.proj.a_col(hv)]), m.b[t] = to_float(ba[p.src.proj.b_col(hv)]);
+        } else {
+          const TokenSrc<TAct> x = token_src<TAct, KP>(p, m.row[t], h, hv, v0);
+          m.a[t] = x.a, m.b[t] = x.b;
+          it.q[t] = x.q, it.k[t] = x.k, it.v[t] = x.v;
+        }
+      }
+    m.A = -expf(m.A);
+    if (it.ntok > 0 && si.init) it.tile = static_cast<const TS*>(p.state) + si.read_slot * p.state_slot_stride + v0 * KP;
+    it.bytes = (it.tile ? Lay::kTile : 0) + (kFused ? 0 : it.ntok * (2 * Lay::kQK + Lay::kV));
+  }
   return it;
 }
 

@@ -107,6 +107,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
                      (p.conv.bias == nullptr || aligned16(p.conv.bias, 0, sizeof(TAct)));
         // each group's items rotated by the block index (GDN_TMA_ROT=0 in the environment: off)
         tg.rot = !env_equals("GDN_TMA_ROT", "0");
+        tg.light = !env_equals("GDN_TMA_LIGHT", "0");  // 0 in the environment: the full item resolve
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       if constexpr (kFused) {

@@ -199,6 +199,7 @@ struct TmaGrid {
   int rot = 0;      // fused: block b takes each group's items from item b mod group_items on (rotated)
   int early = 0;    // fused prologue: items the producer issues before waiting for it (stages below the last)
   int zc = 0;       // fused: z copied by the conv warp after its groups (else by the consumers first)
+  int light = 0;    // fused: the conv warp and the prologue resolve only what the conv needs
 };
 
 }  // namespace gdn::cuda
