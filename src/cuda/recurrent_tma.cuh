@@ -92,13 +92,13 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
     };
     // fused prologue (hold): its first tg.early items at once, the rest once the prologue's conv is
     // done (its scratch: the last stage, which they do not reach)
-    const int early = hold && k0 == 0 ? (tg.early < nb ? tg.early : nb) : 0;
+    const int sync_at = hold && k0 == 0 ? (tg.early < nb ? tg.early : nb) : -1;  // -1: no wait in this batch
     for (int u = 0; u < nb; ++u) {
-      if (u == early && hold && k0 == 0) bar_sync(2, Lay::kThreads);
+      if (u == sync_at) bar_sync(2, Lay::kThreads);
       if (lane == u) issue();
       __syncwarp();
     }
-    if (early == nb && hold && k0 == 0) bar_sync(2, Lay::kThreads);
+    if (sync_at == nb) bar_sync(2, Lay::kThreads);
   }
 }
 
@@ -143,7 +143,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
   };
   // fused: the group buffer's token tt, and where local token t's conv taps are
   auto gbuf_tok = [&](int tt) {
-    if constexpr (kFused) return gbuf + ((k / tg.group_items) % Lay::kGroupBufs) * Lay::kGroupElems + tt * Lay::kGroupRow;
+    if constexpr (kFused) return tma_group_buf<KP, kTok>(gbuf, (k / tg.group_items) % Lay::kGroupBufs, tt);
     else return gbuf;
   };
   auto cpos = [&](int64_t t) {

@@ -152,10 +152,8 @@ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 constexpr int kTmaMaxRV = 512;
 constexpr int tma_group_row(int KP) { return 2 * KP + kTmaMaxRV; }
 // Fused: token row tt of group buffer `slot` in the ring (kTok token rows each; TmaLayout::
-// kGroupElems): the address rule of its writers (the conv warp, the prologue). The consumers
-// (tma_item's gbuf_tok) still spell the same address inline: moving them onto this helper changes
-// their machine code (same size, other scheduling), so it waits for a device run (branch
-// exp/prologue-light).
+// kGroupElems): the one address rule of its writers (the conv warp, the prologue) and its readers
+// (the consumers).
 template <int KP, int kTok, typename T>
 __device__ __forceinline__ T* tma_group_buf(T* gbuf, int slot, int tt = 0) {
   return gbuf + (slot * (kTok * tma_group_row(KP)) + tt * tma_group_row(KP));
