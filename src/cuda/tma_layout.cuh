@@ -78,6 +78,16 @@ __device__ int g_tma_launches;
 #ifndef GDN_TMA_PASSES_16
 #define GDN_TMA_PASSES_16 2
 #endif
+// Rows per lane of a pass in the primitive op's multi-token (verify) items, 16-bit and float32
+// state (else 4): 8 holds a 16-bit item's 16 rows in one pass, twice the independent work per
+// token. H200 (bench/RESULTS.md step 61): 16-bit verify T = 4 -8.5 to -9%; decode (+35%) and
+// the fused step's decode (+2 to +4%) slower with it, so they keep 4.
+#ifndef GDN_TMA_RPL_VERIFY_16
+#define GDN_TMA_RPL_VERIFY_16 8
+#endif
+#ifndef GDN_TMA_RPL_VERIFY_F32
+#define GDN_TMA_RPL_VERIFY_F32 4
+#endif
 
 // A lane's EPL elements of a K-row in NC = EPL / CH chunks of CH contiguous elements: chunk c holds
 // elements c L CH + ln CH + [0, CH). With CH elements = one 16-byte vector of state, one instruction
@@ -161,11 +171,16 @@ __device__ __forceinline__ T* tma_group_buf(T* gbuf, int slot, int tt = 0) {
 
 template <typename TAct, typename TS, int KP, int kTok, bool kFused = false>
 struct TmaLayout {
-  static constexpr int kLanes = 16, kGroups = 2, kRowsPerLane = 4, EPL = KP / kLanes;
+  static constexpr bool kVerifyRows = kTok > 1 && !kFused;  // GDN_TMA_RPL_VERIFY_*
+  static constexpr int kLanes = 16, kGroups = 2, EPL = KP / kLanes;
+  static constexpr int kRowsPerLane =
+      !kVerifyRows ? 4 : sizeof(TS) == 4 ? GDN_TMA_RPL_VERIFY_F32 : GDN_TMA_RPL_VERIFY_16;
   static constexpr int kChunk = 16 / static_cast<int>(sizeof(TS));  // elements per 16-byte state vector
   static_assert(EPL % kChunk == 0, "whole state vectors per lane");
+  static_assert(kRowsPerLane == 4 || kRowsPerLane == 8, "rows per lane: 4 or 8");
   static constexpr int kPassRows = kGroups * kRowsPerLane;  // rows a consumer warp holds at once
-  static constexpr int kPasses = sizeof(TS) == 4 ? GDN_TMA_PASSES_F32 : GDN_TMA_PASSES_16;
+  // 16-bit items: 16 rows (2 passes of 4 rows per lane, or 1 of 8)
+  static constexpr int kPasses = sizeof(TS) == 4 ? GDN_TMA_PASSES_F32 : GDN_TMA_PASSES_16 * 4 / kRowsPerLane;
   static constexpr int kItemRows = kPassRows * kPasses;
   // warps: consumers, the producer, and (fused) the conv warps
   static constexpr int kConvWarps = kFused ? GDN_TMA_CONV_WARPS : 0;
