@@ -80,8 +80,9 @@ __device__ int g_tma_launches;
 #endif
 // Rows per lane of a pass in the primitive op's multi-token (verify) items, 16-bit and float32
 // state (else 4): 8 holds a 16-bit item's 16 rows in one pass, twice the independent work per
-// token. H200 (bench/RESULTS.md step 61): 16-bit verify T = 4 -8.5 to -9%; decode (+35%) and
-// the fused step's decode (+2 to +4%) slower with it, so they keep 4.
+// token. H200 (bench/RESULTS.md steps 61-62): 16-bit verify T = 3 and 4 -3 to -10%; decode (+35%)
+// and the fused step's decode (+2 to +4%) were slower with it, so they keep 4; float32 verify at 8:
+// -1.6% at N = 64, +0.5 to +1.5% at N = 256 (kept at 4).
 #ifndef GDN_TMA_RPL_VERIFY_16
 #define GDN_TMA_RPL_VERIFY_16 8
 #endif
