@@ -66,6 +66,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 #if GDN_TMA_PROFILE
     for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (it.tile != nullptr), u);
     TMA_ADD(prof[0], t_res);
+    if (k0 == 0) prof[6] = clock64() - t_res;  // the first batch's resolve alone
 #endif
     // Issues this lane's item: waits for its stage, writes the metadata there, posts the bytes and
     // starts the copies.
@@ -74,6 +75,9 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
       mbar_wait(&empty[st], phase ^ 1u);  // the first round passes at once
       TMA_ADD(prof[1], t_wait);
       TMA_T0(t_iss);
+#if GDN_TMA_PROFILE
+      if (prof[5] < 0) prof[5] += clock64();  // the cycle of this lane's first issue
+#endif
       uint8_t* sb = stages + st * Lay::kStage;
       *reinterpret_cast<TmaMeta<kTok>*>(sb + Lay::kOffMeta) = m;
       mbar_arrive_tx(&full[st], it.bytes);
@@ -93,12 +97,25 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
     // fused prologue (hold): its first tg.early items at once, the rest once the prologue's conv is
     // done (its scratch: the last stage, which they do not reach)
     const int sync_at = hold && k0 == 0 ? (tg.early < nb ? tg.early : nb) : -1;  // -1: no wait in this batch
+#if GDN_TMA_PROFILE
+    const long long t_all = k0 == 0 ? -prof[5] : 0;  // (the kernel's start; prof[5] is set at a first issue)
+#endif
     for (int u = 0; u < nb; ++u) {
-      if (u == sync_at) bar_sync(2, Lay::kThreads);
+      if (u == sync_at) {
+        bar_sync(2, Lay::kThreads);
+#if GDN_TMA_PROFILE
+        prof[7] = clock64() - t_all;  // when the prologue lets the producer go on
+#endif
+      }
       if (lane == u) issue();
       __syncwarp();
     }
-    if (sync_at == nb) bar_sync(2, Lay::kThreads);
+    if (sync_at == nb) {
+      bar_sync(2, Lay::kThreads);
+#if GDN_TMA_PROFILE
+      prof[7] = clock64() - t_all;
+#endif
+    }
   }
 }
 
@@ -346,8 +363,9 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   // profile: [0] resolve (producer, conv warp) / first inputs, z (consumers); [1] barrier waits;
   // [2] recurrence (conv warp: its group loop); [3] stores (producer: copy issue); fused: [4] the
   // consumers' waits for group buffers, [5] cycle of a consumer's first item (conv warp: of its
-  // first 32 groups' end)
-  long long prof[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // [6], [7]: the prologue's resolve and the rest
+  // first 32 groups' end; producer: of each lane's first issue)
+  long long prof[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // [6], [7]: the prologue's resolve and the rest (producer:
+                                                 // its first batch's resolve, the cycle the prologue lets it go on)
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
   if (threadIdx.x == 0) s_launch = blockIdx.x == 0 ? atomicAdd(&g_tma_launches, 1) : -1;
