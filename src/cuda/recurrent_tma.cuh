@@ -100,22 +100,18 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 #if GDN_TMA_PROFILE
     const long long t_all = k0 == 0 ? -prof[5] : 0;  // (the kernel's start; prof[5] is set at a first issue)
 #endif
-    for (int u = 0; u < nb; ++u) {
-      if (u == sync_at) {
-        bar_sync(2, Lay::kThreads);
+    auto wait_prologue = [&]() {
+      bar_sync(2, Lay::kThreads);
 #if GDN_TMA_PROFILE
-        prof[7] = clock64() - t_all;  // when the prologue lets the producer go on
+      prof[7] = clock64() - t_all;  // when the prologue lets the producer go on
 #endif
-      }
+    };
+    for (int u = 0; u < nb; ++u) {
+      if (u == sync_at) wait_prologue();
       if (lane == u) issue();
       __syncwarp();
     }
-    if (sync_at == nb) {
-      bar_sync(2, Lay::kThreads);
-#if GDN_TMA_PROFILE
-      prof[7] = clock64() - t_all;
-#endif
-    }
+    if (sync_at == nb) wait_prologue();
   }
 }
 
