@@ -9,8 +9,9 @@
 //     those of the other kernels (GDN_CUDA_TMA=0: the cluster kernel of fused_step.cuh); conv width
 //     4 with and without bias and width 3.
 //   CudaFusedDefault.ModelShapeBatchesMatchTheCpu: the default choice at the Qwen3-Next TP1 shape,
-//     288 (sequence, key head) groups (the pipelined fused step), 64 (the cluster kernel), and 320 groups
-//     of one-token sequences (the pipelined step with its conv prologue).
+//     288 (sequence, key head) groups (the pipelined fused step), 64 (the cluster kernel), 320 groups
+//     of one-token sequences (the pipelined step with its conv prologue) and 560 groups of decodes
+//     and prefills (blocks whose forced prologue stops at a prefill).
 // Tolerances as in test_cuda_graph.cpp (1e-5 for float32 activations and state, 1e-2 when either is
 // 16-bit; copies of input bits exact). Skips without a GPU; kernels that cannot run (no sm_90) fall
 // back to the other kernels, which must match the CPU just the same.
