@@ -97,6 +97,14 @@ __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const
   for (int cc = lane; cc < gc.chunks; cc += 32) group_conv_chunk<TAct, KP, kTok, kW>(p, g, gc, xr, cc, buf);
 }
 
+// Fused: the metadata of the block's group gq (its first item) for its conv: only what the conv
+// needs (TmaGrid::light), or the full item resolve (GDN_TMA_LIGHT=0).
+template <typename TAct, typename TS, int KP, int kTok>
+__device__ __forceinline__ TmaMeta<kTok> resolve_group(const RecurrentParams& p, TmaGrid tg, int gq) {
+  return tg.light ? resolve_item<TAct, TS, KP, kTok, true, true>(p, tg, gq * tg.group_items).m
+                  : resolve_item<TAct, TS, KP, kTok, true>(p, tg, gq * tg.group_items).m;
+}
+
 // Fused, a conv warp for group gq of its block (m: the metadata of its first item): waits until
 // every item of the group that used the buffer before is done (gdone), computes the conv of the
 // group's channels for the first kTok tokens into the group buffer and writes their conv pool rows
@@ -129,9 +137,7 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
     TMA_T0(t_res);
     const int mine = cw + (j0 + lane) * ncw;
     TmaMeta<kTok> m{};
-    if (mine < ng)
-      m = tg.light ? resolve_item<TAct, TS, KP, kTok, true, true>(p, tg, mine * tg.group_items).m
-                   : resolve_item<TAct, TS, KP, kTok, true>(p, tg, mine * tg.group_items).m;
+    if (mine < ng) m = resolve_group<TAct, TS, KP, kTok>(p, tg, mine);
     TMA_ADD(prof[0], t_res);
     TMA_T0(t_cv);
     for (int u = 0; u < 32 && cw + (j0 + u) * ncw < ng; ++u)
@@ -168,8 +174,7 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
     TmaMeta<kTok> m{};
     TMA_T0(t_res);
     if (lane < cnt) {
-      m = tg.light ? resolve_item<TAct, TS, KP, kTok, true, true>(p, tg, lane * tg.group_items).m
-                   : resolve_item<TAct, TS, KP, kTok, true>(p, tg, lane * tg.group_items).m;
+      m = resolve_group<TAct, TS, KP, kTok>(p, tg, lane);
       meta[lane] = m;
     }
     TMA_ADD(prof[6], t_res);
