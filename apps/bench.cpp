@@ -9,8 +9,10 @@
 // conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -125,21 +127,45 @@ std::vector<int32_t> host_slots(int64_t c, int64_t N, int64_t T) {
   return s;
 }
 
-Result run_case(const Case& k, int replays) {
+// A case's state pool: R calls (graph nodes) of N x cols slots each, so that a graph's states exceed
+// 3x the 60 MB L2.
+struct PoolShape {
+  size_t slot_bytes;
+  int64_t slots_per_call;
+  int calls;
+  int64_t num_slots;
+  size_t bytes() const { return static_cast<size_t>(num_slots) * slot_bytes; }
+};
+PoolShape pool_shape(const Case& k) {
+  PoolShape ps;
+  ps.slot_bytes = k.m->HV * k.m->V * k.m->K * dtype_size(k.state);
+  ps.slots_per_call = k.N * (k.T == 1 ? 1 : k.T);
+  const double min_pool = 3.0 * 60e6;
+  ps.calls = static_cast<int>(std::clamp<double>(std::ceil(min_pool / (ps.slots_per_call * ps.slot_bytes)), 1, 1024));
+  ps.num_slots = ps.calls * ps.slots_per_call;
+  return ps;
+}
+
+// arena: where every case's state pool lives (one allocation for the whole run, made before the
+// first case: a case's time must not depend on what earlier cases allocated and freed; bench/
+// RESULTS.md, eleventh session: verify T = 4 N = 64 took 205-211 instead of 189-191 us after a
+// T = 3 case); nullptr: a pool of its own per case (GDN_BENCH_ARENA=0, for comparison).
+Result run_case(const Case& k, int replays, DevBuf* arena) {
   const Model& m = *k.m;
   const int64_t N = k.N, T = k.T, rows = N * T, cols = T == 1 ? 1 : T, W = 4;
   const bool spec = T > 1;
   const DType act = DType::kBFloat16;
-  const size_t es = dtype_size(k.state);
-  const size_t slot_bytes = m.HV * m.V * m.K * es;
-  const int64_t slots_per_call = N * cols;
-  const double min_pool = 3.0 * 60e6;
-  const int calls = static_cast<int>(std::clamp<double>(std::ceil(min_pool / (slots_per_call * slot_bytes)), 1, 1024));
-  const int64_t num_slots = calls * slots_per_call;
+  const PoolShape ps = pool_shape(k);
+  const size_t slot_bytes = ps.slot_bytes;
+  const int64_t slots_per_call = ps.slots_per_call;
+  const int calls = ps.calls;
+  const int64_t num_slots = ps.num_slots;
   const int64_t D = 2 * m.H * m.K + m.HV * m.V;
   const int64_t r = m.HV / m.H;
-  DevBuf pool(num_slots * slot_bytes);
-  fill(pool, k.state);
+  std::optional<DevBuf> own;
+  if (!arena) own.emplace(ps.bytes());
+  DevBuf& pool = arena ? *arena : *own;
+  bench::fill_random(pool.p, ps.bytes() & ~size_t(3), g_seed++, k.state == DType::kFloat32 ? 0 : 1, nullptr);
   // Per-call metadata.
   std::vector<int32_t> qsl(N + 1), acc(N);
   for (int64_t i = 0; i <= N; ++i) qsl[i] = static_cast<int32_t>(i * T);
@@ -275,6 +301,23 @@ int cmd_bench(int argc, char** argv) {
   std::printf("device: %s; SM copy kernel: %.0f GB/s (read + write)\n", prop.name, copy);
   std::printf("%-10s %-15s %5s %2s %-5s %10s %9s %7s\n", "op", "model", "N", "T", "state", "us", "GB/s", "%copy");
   nlohmann::json rows = nlohmann::json::array();
+  // every case's (valid) shape first: the arena is as large as the largest pool
+  std::vector<Case> cases;
+  for (const auto& op : split(ops))
+    for (const auto& mn : split(models))
+      for (const auto& x : kModels)
+        if (x.name == mn)
+          for (const auto& st : split(states))
+            for (const auto& t : split(ts))
+              for (const auto& n : split(ns))
+                cases.push_back(Case{&x, std::atoll(n.c_str()), std::atoll(t.c_str()),
+                                     st == "bf16" ? DType::kBFloat16 : DType::kFloat32, op});
+  size_t arena_bytes = 0;
+  for (const Case& c : cases)
+    if (c.N > 0 && c.T > 0) arena_bytes = std::max(arena_bytes, pool_shape(c).bytes());
+  std::optional<DevBuf> arena;
+  const char* ae = std::getenv("GDN_BENCH_ARENA");
+  if (!(ae && std::string(ae) == "0") && arena_bytes > 0) arena.emplace(arena_bytes);
   for (const auto& op : split(ops))
     for (const auto& mn : split(models)) {
       const Model* m = nullptr;
@@ -285,7 +328,7 @@ int cmd_bench(int argc, char** argv) {
         for (const auto& t : split(ts))
           for (const auto& n : split(ns)) {
             Case c{m, std::atoll(n.c_str()), std::atoll(t.c_str()), st == "bf16" ? DType::kBFloat16 : DType::kFloat32, op};
-            const Result r = run_case(c, replays);
+            const Result r = run_case(c, replays, arena ? &*arena : nullptr);
             if (!r.error.empty()) {
               std::printf("%-10s %-15s %5s %2s %-5s error: %s\n", op.c_str(), mn.c_str(), n.c_str(), t.c_str(),
                           st.c_str(), r.error.c_str());
