@@ -185,6 +185,54 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
       TMA_ADD(prof[0], t_in);
       g0 = prep_regs<L, EPL>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0);
     }
+    // 16-bit state, an item of one token with its state in the stage (decode, or a verify sequence
+    // of one token): all of the item's rows at once, each row read from the stage twice (for S k^,
+    // then for the update and o) instead of held in registers, so that the 8 rows of a lane group
+    // are in flight together without spills (the 2 x 4-row passes below are latency-bound; 8 rows
+    // held in registers spill: bench/RESULTS.md step 61). The operations of recur_rows, in its order.
+    if constexpr (!kFused && kTok == 1 && sizeof(TS) == 2) {
+      if (tg.sweep && !(flags & kTmaPad) && (flags & kTmaInit) && tr.len == 1) {
+        constexpr int RS = Lay::kItemRows / G;  // rows of the item per lane group
+        const int64_t dst = g.spec ? m.col_slot[0] : m.slot0;  // -1: no state stored (verify_slot)
+        const TS* tile = reinterpret_cast<const TS*>(sb);
+        const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV);
+        TMA_T0(t_c);
+        float dot[RS], ov[RS];
+#pragma unroll
+        for (int j = 0; j < RS; ++j) {
+          float sr[EPL];
+          load_chunks<L, CH>(tile + (grp + j * G) * KP, ln, sr);
+          dot[j] = 0.f;
+#pragma unroll
+          for (int e = 0; e < EPL; ++e) {
+            sr[e] *= g0.decay;  // S = exp(g) S
+            dot[j] += sr[e] * kr0[e];
+          }
+        }
+        rows_sum<L, RS, true>(dot, ln);
+        asm volatile("" ::: "memory");  // the rows are read from the stage again, not kept
+#pragma unroll
+        for (int j = 0; j < RS; ++j) {
+          float sr[EPL];
+          load_chunks<L, CH>(tile + (grp + j * G) * KP, ln, sr);
+          const float d = g0.beta * (to_float(sv[grp + j * G]) - dot[j]);  // d = beta (v - S k^)
+          ov[j] = 0.f;
+#pragma unroll
+          for (int e = 0; e < EPL; ++e) {
+            sr[e] *= g0.decay;
+            sr[e] += d * kr0[e];      // S += d k^T
+            ov[j] += sr[e] * qr0[e];  // o = S q^
+          }
+          if (dst >= 0) store_chunks<L, CH>(state_row(dst, m.x * Lay::kItemRows + grp + j * G), ln, sr);
+        }
+        const float mine = pick_row<L, RS, true>(ov, ln);
+        if (ln < RS)
+          static_cast<TAct*>(p.o)[m.row[0] * p.o_rs + static_cast<int64_t>(hv) * p.V + m.x * Lay::kItemRows + grp +
+                                  ln * G] = from_float<TAct>(mine);
+        TMA_ADD(prof[2], t_c);
+        return;
+      }
+    }
 #pragma unroll 1
     for (int ps = 0; ps < Lay::kPasses; ++ps) {
       const int lr0 = ps * Lay::kPassRows + grp;                // item-local row of the group's row 0

@@ -96,6 +96,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       const int64_t items = nseq * p.HV * tiles;
       if (items >= (int64_t{1} << 31)) return std::nullopt;
       TmaGrid tg{tiles, sh.stages, p.r * tiles};
+      tg.sweep = !env_equals("GDN_TMA_SWEEP", "0");  // 0 in the environment: the 2-pass path
       int64_t work = items;  // what the blocks share out: items, or (fused) whole key-head groups
       if constexpr (kFused) {
         work = nseq * p.H;

@@ -214,6 +214,7 @@ struct TmaGrid {
   int early = 0;    // fused prologue: items the producer issues before waiting for it (stages below the last)
   int zc = 0;       // fused: z copied by the conv warp after its groups (else by the consumers first)
   int light = 0;    // fused: the conv warp and the prologue resolve only what the conv needs
+  int sweep = 0;    // 16-bit one-token items: all rows at once, read twice from the stage (tma_item)
 };
 
 }  // namespace gdn::cuda
