@@ -104,6 +104,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
       bar_sync(2, Lay::kThreads);
 #if GDN_TMA_PROFILE
       prof[7] = clock64() - t_all;  // when the prologue lets the producer go on
+      prof[8] = clock64();
 #endif
     };
     for (int u = 0; u < nb; ++u) {
@@ -190,12 +191,14 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
     // then for the update and o) instead of held in registers, so that the 8 rows of a lane group
     // are in flight together without spills (the 2 x 4-row passes below are latency-bound; 8 rows
     // held in registers spill: bench/RESULTS.md step 61). The operations of recur_rows, in its order.
-    if constexpr (!kFused && kTok == 1 && sizeof(TS) == 2) {
+    // v: from the stage, or (fused) the group buffer.
+    if constexpr ((kFused || kTok == 1) && sizeof(TS) == 2) {
       if (tg.sweep && !(flags & kTmaPad) && (flags & kTmaInit) && tr.len == 1) {
         constexpr int RS = Lay::kItemRows / G;  // rows of the item per lane group
         const int64_t dst = g.spec ? m.col_slot[0] : m.slot0;  // -1: no state stored (verify_slot)
         const TS* tile = reinterpret_cast<const TS*>(sb);
-        const TAct* sv = reinterpret_cast<const TAct*>(sb + Lay::kOffV);
+        const TAct* sv = kFused ? gbuf_tok(0) + 2 * KP + (hv - h * p.r) * p.V + m.x * Lay::kItemRows
+                                : reinterpret_cast<const TAct*>(sb + Lay::kOffV);
         TMA_T0(t_c);
         float dot[RS], ov[RS];
 #pragma unroll
@@ -408,15 +411,18 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   // [2] recurrence (conv warp: its group loop); [3] stores (producer: copy issue); fused: [4] the
   // consumers' waits for group buffers, [5] cycle of a consumer's first item (conv warp: of its
   // first 32 groups' end; producer: of each lane's first issue)
-  long long prof[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // [6], [7]: the prologue's resolve and the rest (producer:
-                                                 // its first batch's resolve, the cycle the prologue lets it go on)
+  long long prof[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};  // [6], [7]: the prologue's resolve and the rest (producer:
+                                                    // its first batch's resolve, the cycle the prologue lets it go
+                                                    // on); [8]: the clock when a warp leaves the prologue
 #if GDN_TMA_PROFILE
   __shared__ int s_launch;
   if (threadIdx.x == 0) s_launch = blockIdx.x == 0 ? atomicAdd(&g_tma_launches, 1) : -1;
-  const long long t_all = clock64();
-  prof[5] = -t_all;
 #endif
   __syncthreads();
+#if GDN_TMA_PROFILE
+  const long long t_all = clock64();  // every warp's time base: the block's first barrier
+  prof[5] = -t_all;
+#endif
   int nk;
   if constexpr (kFused) {  // whole groups: b, b + grid, ...
     const int groups = static_cast<int>((p.group[0].n + p.group[1].n) * p.H);
@@ -447,8 +453,8 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))  // the producer: every lane
     printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld gwait %lld "
-           "first %lld pre_res %lld pre_rest %lld\n", nk, warp, lane, clock64() - t_all, prof[0], prof[1], prof[2], prof[3],
-           prof[4], prof[5], prof[6], prof[7]);
+           "first %lld pre_res %lld pre_rest %lld pre_end %lld\n", nk, warp, lane, clock64() - t_all, prof[0], prof[1], prof[2],
+           prof[3], prof[4], prof[5], prof[6], prof[7], prof[8] ? prof[8] - t_all : 0);
 #else
   (void)prof;
 #endif

@@ -200,6 +200,9 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
   fence_proxy_async();  // the scratch's generic accesses before the stages' bulk copies
   bar_sync(1, nthreads);
   TMA_ADD(prof[7], t_task);  // profile: the prologue after the groups' resolve (barriers included)
+#if GDN_TMA_PROFILE
+  prof[8] = clock64();
+#endif
   (void)prof;
   if (conv_warp)
     for (int gq = 0; gq < pre; ++gq) mbar_arrive(&gready[gq]);

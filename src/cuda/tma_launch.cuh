@@ -109,6 +109,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
         // each group's items rotated by the block index (GDN_TMA_ROT=0 in the environment: off)
         tg.rot = !env_equals("GDN_TMA_ROT", "0");
         tg.light = !env_equals("GDN_TMA_LIGHT", "0");  // 0 in the environment: the full item resolve
+        if (env_equals("GDN_TMA_FSWEEP", "0")) tg.sweep = 0;  // the fused step's one-token items: 2 passes
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       if constexpr (kFused) {
@@ -120,9 +121,11 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
         const bool fits = (work + blocks - 1) / blocks <= Lay::kGroupBufs;  // every group of a block
         if (!pre_off && (pre_on || (rows <= nseq && fits))) {
           tg.pre = Lay::kGroupBufs;
-          // the producer's first items before the prologue ends (GDN_TMA_PRE_EARLY=0: none); z by the
-          // conv warp when the prologue leaves it little (GDN_TMA_ZCONV=0: by the consumers)
-          tg.early = env_equals("GDN_TMA_PRE_EARLY", "0") ? 0 : std::min(Lay::kConsumers, tg.stages - 1);
+          // the producer's first items before the prologue ends (GDN_TMA_PRE_EARLY=n: n of them, at
+          // most every stage but the prologue's scratch, the last); z by the conv warp when the
+          // prologue leaves it little (GDN_TMA_ZCONV=0: by the consumers)
+          tg.early = std::min(Lay::kConsumers, tg.stages - 1);
+          if (const char* e = std::getenv("GDN_TMA_PRE_EARLY")) tg.early = std::max(0, std::min(std::atoi(e), tg.stages - 1));
           tg.zc = fits && !env_equals("GDN_TMA_ZCONV", "0");
         }
       }
