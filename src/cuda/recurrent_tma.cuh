@@ -66,7 +66,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 #if GDN_TMA_PROFILE
     for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (it.tile != nullptr), u);
     TMA_ADD(prof[0], t_res);
-    if (k0 == 0) prof[6] = clock64() - t_res;  // the first batch's resolve alone
+    if (k0 == 0) prof[6] = prof_clock() - t_res;  // the first batch's resolve alone
 #endif
     // Issues this lane's item: waits for its stage, writes the metadata there, posts the bytes and
     // starts the copies.
@@ -76,7 +76,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
       TMA_ADD(prof[1], t_wait);
       TMA_T0(t_iss);
 #if GDN_TMA_PROFILE
-      if (prof[5] < 0) prof[5] += clock64();  // the cycle of this lane's first issue
+      if (prof[5] < 0) prof[5] += prof_clock();  // the cycle of this lane's first issue
 #endif
       uint8_t* sb = stages + st * Lay::kStage;
       *reinterpret_cast<TmaMeta<kTok>*>(sb + Lay::kOffMeta) = m;
@@ -103,8 +103,8 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
     auto wait_prologue = [&]() {
       bar_sync(2, Lay::kThreads);
 #if GDN_TMA_PROFILE
-      prof[7] = clock64() - t_all;  // when the prologue lets the producer go on
-      prof[8] = clock64();
+      prof[7] = prof_clock() - t_all;  // when the prologue lets the producer go on
+      prof[8] = prof_clock();
 #endif
     };
     for (int u = 0; u < nb; ++u) {
@@ -340,7 +340,7 @@ __device__ __forceinline__ ConsumerPos tma_consume_from(const RecurrentParams& p
       TMA_ADD(prof[4], t_gw);
     }
 #if GDN_TMA_PROFILE
-    if (prof[5] < 0) prof[5] += clock64();  // when the first item starts
+    if (prof[5] < 0) prof[5] += prof_clock();  // when the first item starts
 #endif
     const uint8_t* sb = stages + st * Lay::kStage;
     if constexpr (kFused && !kLong)
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
 #endif
   __syncthreads();
 #if GDN_TMA_PROFILE
-  const long long t_all = clock64();  // every warp's time base: the block's first barrier
+  const long long t_all = prof_clock();  // every warp's time base: the block's first barrier
   prof[5] = -t_all;
 #endif
   int nk;
@@ -453,7 +453,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
 #if GDN_TMA_PROFILE
   if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))  // the producer: every lane
     printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld gwait %lld "
-           "first %lld pre_res %lld pre_rest %lld pre_end %lld\n", nk, warp, lane, clock64() - t_all, prof[0], prof[1], prof[2],
+           "first %lld pre_res %lld pre_rest %lld pre_end %lld\n", nk, warp, lane, prof_clock() - t_all, prof[0], prof[1], prof[2],
            prof[3], prof[4], prof[5], prof[6], prof[7], prof[8] ? prof[8] - t_all : 0);
 #else
   (void)prof;

@@ -145,7 +145,7 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
                                       tg.conv_w4 != 0, gbuf, gdone, gready, lane);
     TMA_ADD(prof[2], t_cv);  // profile: the conv warp's "recur" column is its group loop
 #if GDN_TMA_PROFILE
-    if (prof[5] < 0) prof[5] += clock64();  // when its first 32 groups are done
+    if (prof[5] < 0) prof[5] += prof_clock();  // when its first 32 groups are done
 #endif
   }
   (void)prof;
@@ -201,7 +201,7 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
   bar_sync(1, nthreads);
   TMA_ADD(prof[7], t_task);  // profile: the prologue after the groups' resolve (barriers included)
 #if GDN_TMA_PROFILE
-  prof[8] = clock64();
+  prof[8] = prof_clock();
 #endif
   (void)prof;
   if (conv_warp)

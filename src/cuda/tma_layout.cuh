@@ -48,8 +48,15 @@ namespace gdn::cuda {
 #endif
 #if GDN_TMA_PROFILE
 __device__ int g_tma_launches;
-#define TMA_T0(x) long long x = clock64()
-#define TMA_ADD(acc, t0) acc += clock64() - t0
+// The cycle counter read by a volatile asm: the compiler keeps it in order with the barriers' and
+// mbarriers' asm (clock64() is not, and moved across bar.sync: bench/RESULTS.md step 68).
+__device__ __forceinline__ long long prof_clock() {
+  long long t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
+  return t;
+}
+#define TMA_T0(x) long long x = prof_clock()
+#define TMA_ADD(acc, t0) acc += prof_clock() - t0
 #else
 #define TMA_T0(x)
 #define TMA_ADD(acc, t0)
