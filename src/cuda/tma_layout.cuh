@@ -48,8 +48,9 @@ namespace gdn::cuda {
 #endif
 #if GDN_TMA_PROFILE
 __device__ int g_tma_launches;
-// The cycle counter read by a volatile asm: the compiler keeps it in order with the barriers' and
-// mbarriers' asm (clock64() is not, and moved across bar.sync: bench/RESULTS.md step 68).
+// The cycle counter read by a volatile asm, in program order with the barriers' and mbarriers' asm.
+// A read right after a named-barrier bar.sync can still come before the barrier's release (the
+// warp blocks later): bench/RESULTS.md step 69.
 __device__ __forceinline__ long long prof_clock() {
   long long t;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
