@@ -87,14 +87,17 @@ __device__ __forceinline__ void group_conv_chunk(const RecurrentParams& p, const
 // layout, TmaGrid::conv_w4): the width is a constant, so no predicated taps and a shorter
 // instruction stream (bench/RESULTS.md step 49: the conv warp's code misses the instruction cache
 // under the state stream).
-template <typename TAct, int KP, int kTok, int kW>
+// kT: the tokens the code handles (kTok, or 1 for a group of a one-token sequence: fewer loads and
+// branches, and a shorter instruction stream — the prologue runs cold from the instruction cache:
+// bench/RESULTS.md step 71).
+template <typename TAct, int KP, int kTok, int kW, int kT = kTok>
 __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf,
                                                  int lane) {
   const GroupMeta& g = p.group[m.gi];
   const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
-  int64_t xr[kTok];
-  gc_rows<kTok>(p, g, gc, xr);
-  for (int cc = lane; cc < gc.chunks; cc += 32) group_conv_chunk<TAct, KP, kTok, kW>(p, g, gc, xr, cc, buf);
+  int64_t xr[kT];
+  gc_rows<kT>(p, g, gc, xr);
+  for (int cc = lane; cc < gc.chunks; cc += 32) group_conv_chunk<TAct, KP, kT, kW>(p, g, gc, xr, cc, buf);
 }
 
 // Fused: the metadata of the block's group gq (its first item) for its conv: only what the conv
@@ -113,13 +116,15 @@ __device__ __forceinline__ TmaMeta<kTok> resolve_group(const RecurrentParams& p,
 // stays in registers.
 template <typename TAct, int KP, int kTok>
 __device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
-                                                bool w4, TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
+                                                bool w4, bool one, TAct* gbuf, uint64_t* gdone, uint64_t* gready,
+                                                int lane) {
   const int gs = gq % bufs;
   mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
   TAct* buf = tma_group_buf<KP, kTok>(gbuf, gs);
   if (!(m.flags & (kTmaSkip | kTmaPad))) {
     if (m.len > kTok) return group_conv_long<TAct, KP, kTok>(p, m, buf, &gready[gs], lane);
-    if (w4) group_conv_short<TAct, KP, kTok, 4>(p, m, buf, lane);
+    if (w4 && one && m.len <= 1) group_conv_short<TAct, KP, kTok, 4, 1>(p, m, buf, lane);
+    else if (w4) group_conv_short<TAct, KP, kTok, 4>(p, m, buf, lane);
     else group_conv_short<TAct, KP, kTok, 0>(p, m, buf, lane);
   }
   mbar_arrive(&gready[gs]);
@@ -142,7 +147,7 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
     TMA_T0(t_cv);
     for (int u = 0; u < 32 && cw + (j0 + u) * ncw < ng; ++u)
       group_conv_warp<TAct, KP, kTok>(p, meta_of_lane<kTok>(m, u), cw + (j0 + u) * ncw, Lay::kGroupBufs,
-                                      tg.conv_w4 != 0, gbuf, gdone, gready, lane);
+                                      tg.conv_w4 != 0, tg.one != 0, gbuf, gdone, gready, lane);
     TMA_ADD(prof[2], t_cv);  // profile: the conv warp's "recur" column is its group loop
 #if GDN_TMA_PROFILE
     if (prof[5] < 0) prof[5] += prof_clock();  // when its first 32 groups are done
@@ -191,9 +196,15 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
     if (m.flags & (kTmaSkip | kTmaPad)) continue;
     const GroupMeta& g = p.group[m.gi];
     const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
+    TAct* buf = tma_group_buf<KP, kTok>(gbuf, gq);  // gq < kGroupBufs: the group's buffer
+    if (tg.conv_w4 && tg.one && gc.len <= 1) {  // a one-token sequence: the one-token code (group_conv_short)
+      int64_t xr1[1];
+      gc_rows<1>(p, g, gc, xr1);
+      group_conv_chunk<TAct, KP, 1, 4>(p, g, gc, xr1, cc, buf);
+      continue;
+    }
     int64_t xr[kTok];
     gc_rows<kTok>(p, g, gc, xr);
-    TAct* buf = tma_group_buf<KP, kTok>(gbuf, gq);  // gq < kGroupBufs: the group's buffer
     if (tg.conv_w4) group_conv_chunk<TAct, KP, kTok, 4>(p, g, gc, xr, cc, buf);
     else group_conv_chunk<TAct, KP, kTok, 0>(p, g, gc, xr, cc, buf);
   }

@@ -223,6 +223,7 @@ struct TmaGrid {
   int zc = 0;       // fused: z copied by the conv warp after its groups (else by the consumers first)
   int light = 0;    // fused: the conv warp and the prologue resolve only what the conv needs
   int sweep = 0;    // 16-bit one-token items: all rows at once, read twice from the stage (tma_item)
+  int one = 0;      // fused, width-4 conv: groups of one-token sequences through one-token conv code
 };
 
 }  // namespace gdn::cuda
