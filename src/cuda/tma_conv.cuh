@@ -89,7 +89,7 @@ __device__ __forceinline__ void group_conv_chunk(const RecurrentParams& p, const
 // under the state stream).
 // kT: the tokens the code handles (kTok, or 1 for a group of a one-token sequence: fewer loads and
 // branches, and a shorter instruction stream — the prologue runs cold from the instruction cache:
-// bench/RESULTS.md step 71).
+// bench/RESULTS.md steps 71-72).
 template <typename TAct, int KP, int kTok, int kW, int kT = kTok>
 __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf,
                                                  int lane) {
