@@ -301,23 +301,8 @@ int cmd_bench(int argc, char** argv) {
   std::printf("device: %s; SM copy kernel: %.0f GB/s (read + write)\n", prop.name, copy);
   std::printf("%-10s %-15s %5s %2s %-5s %10s %9s %7s\n", "op", "model", "N", "T", "state", "us", "GB/s", "%copy");
   nlohmann::json rows = nlohmann::json::array();
-  // every case's (valid) shape first: the arena is as large as the largest pool
+  // every case first (the arena is as large as the largest pool), in the order they run
   std::vector<Case> cases;
-  for (const auto& op : split(ops))
-    for (const auto& mn : split(models))
-      for (const auto& x : kModels)
-        if (x.name == mn)
-          for (const auto& st : split(states))
-            for (const auto& t : split(ts))
-              for (const auto& n : split(ns))
-                cases.push_back(Case{&x, std::atoll(n.c_str()), std::atoll(t.c_str()),
-                                     st == "bf16" ? DType::kBFloat16 : DType::kFloat32, op});
-  size_t arena_bytes = 0;
-  for (const Case& c : cases)
-    if (c.N > 0 && c.T > 0) arena_bytes = std::max(arena_bytes, pool_shape(c).bytes());
-  std::optional<DevBuf> arena;
-  const char* ae = std::getenv("GDN_BENCH_ARENA");
-  if (!(ae && std::string(ae) == "0") && arena_bytes > 0) arena.emplace(arena_bytes);
   for (const auto& op : split(ops))
     for (const auto& mn : split(models)) {
       const Model* m = nullptr;
@@ -326,22 +311,31 @@ int cmd_bench(int argc, char** argv) {
       if (!m) { std::fprintf(stderr, "gdn bench: unknown model %s\n", mn.c_str()); return 2; }
       for (const auto& st : split(states))
         for (const auto& t : split(ts))
-          for (const auto& n : split(ns)) {
-            Case c{m, std::atoll(n.c_str()), std::atoll(t.c_str()), st == "bf16" ? DType::kBFloat16 : DType::kFloat32, op};
-            const Result r = run_case(c, replays, arena ? &*arena : nullptr);
-            if (!r.error.empty()) {
-              std::printf("%-10s %-15s %5s %2s %-5s error: %s\n", op.c_str(), mn.c_str(), n.c_str(), t.c_str(),
-                          st.c_str(), r.error.c_str());
-              continue;
-            }
-            std::printf("%-10s %-15s %5lld %2lld %-5s %10.2f %9.0f %6.1f%%\n", op.c_str(), mn.c_str(),
-                        static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us, r.gbps,
-                        100.0 * r.gbps / copy);
-            std::fflush(stdout);
-            rows.push_back({{"impl", "gdn"}, {"op", op}, {"model", mn}, {"N", c.N}, {"T", c.T}, {"state", st},
-                            {"us", r.us}, {"bytes", r.bytes}, {"gbps", r.gbps}, {"pct_copy", 100.0 * r.gbps / copy}});
-          }
+          for (const auto& n : split(ns))
+            cases.push_back(Case{m, std::atoll(n.c_str()), std::atoll(t.c_str()),
+                                 st == "bf16" ? DType::kBFloat16 : DType::kFloat32, op});
     }
+  size_t arena_bytes = 0;
+  for (const Case& c : cases)
+    if (c.N > 0 && c.T > 0) arena_bytes = std::max(arena_bytes, pool_shape(c).bytes());
+  std::optional<DevBuf> arena;
+  const char* ae = std::getenv("GDN_BENCH_ARENA");
+  if (!(ae && std::string(ae) == "0") && arena_bytes > 0) arena.emplace(arena_bytes);
+  for (const Case& c : cases) {
+    const std::string mn = c.m->name, st = c.state == DType::kBFloat16 ? "bf16" : "f32";
+    const Result r = run_case(c, replays, arena ? &*arena : nullptr);
+    if (!r.error.empty()) {
+      std::printf("%-10s %-15s %5lld %2lld %-5s error: %s\n", c.op.c_str(), mn.c_str(), static_cast<long long>(c.N),
+                  static_cast<long long>(c.T), st.c_str(), r.error.c_str());
+      continue;
+    }
+    std::printf("%-10s %-15s %5lld %2lld %-5s %10.2f %9.0f %6.1f%%\n", c.op.c_str(), mn.c_str(),
+                static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us, r.gbps,
+                100.0 * r.gbps / copy);
+    std::fflush(stdout);
+    rows.push_back({{"impl", "gdn"}, {"op", c.op}, {"model", mn}, {"N", c.N}, {"T", c.T}, {"state", st},
+                    {"us", r.us}, {"bytes", r.bytes}, {"gbps", r.gbps}, {"pct_copy", 100.0 * r.gbps / copy}});
+  }
   nlohmann::json doc = {{"device", prop.name}, {"copy_gbps", copy}, {"replays", replays}, {"results", rows}};
   std::ofstream f(out);
   f << doc.dump(1) << "\n";
