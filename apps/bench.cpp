@@ -59,7 +59,10 @@ struct DevBuf {
 };
 
 uint32_t g_seed = 1;
-void fill(DevBuf& b, DType t) { bench::fill_random(b.p, b.bytes & ~size_t(3), g_seed++, t == DType::kFloat32 ? 0 : 1, nullptr); }
+// Random values into b's first `bytes` (all of it by default), whole 4-byte words.
+void fill(DevBuf& b, DType t, size_t bytes = SIZE_MAX) {
+  bench::fill_random(b.p, std::min(bytes, b.bytes) & ~size_t(3), g_seed++, t == DType::kFloat32 ? 0 : 1, nullptr);
+}
 
 // Times a graph of `calls` launches made by `record(c)`; returns the median us per call.
 template <typename F>
@@ -165,7 +168,7 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
   std::optional<DevBuf> own;
   if (!arena) own.emplace(ps.bytes());
   DevBuf& pool = arena ? *arena : *own;
-  bench::fill_random(pool.p, ps.bytes() & ~size_t(3), g_seed++, k.state == DType::kFloat32 ? 0 : 1, nullptr);
+  fill(pool, k.state, ps.bytes());  // (the arena: only this case's part)
   // Per-call metadata.
   std::vector<int32_t> qsl(N + 1), acc(N);
   for (int64_t i = 0; i <= N; ++i) qsl[i] = static_cast<int32_t>(i * T);

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -90,6 +91,12 @@ inline bool aligned16(const void* ptr, int64_t row_stride, size_t es) {
 inline bool env_equals(const char* name, const char* value) {
   const char* e = std::getenv(name);
   return e != nullptr && std::string(e) == value;
+}
+// Environment variable `name` as an integer clamped to [lo, hi], or `fallback` where it is unset
+// (tuning knobs read at launch).
+inline int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* e = std::getenv(name);
+  return e == nullptr ? fallback : std::max(lo, std::min(hi, std::atoi(e)));
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }

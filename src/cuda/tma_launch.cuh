@@ -31,9 +31,8 @@ TmaShape tma_shape(int dev) {
     auto kernel = recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>;
     int major = 0, sms = 0, per_sm = 0;
     cudaFuncAttributes fa{};
-    int kb = kFused ? GDN_TMA_SMEM_KB_FUSED : GDN_TMA_SMEM_KB;
-    if constexpr (kFused)  // tuning sweeps and the ring: tests
-      if (const char* e = std::getenv("GDN_TMA_SMEM_KB_FUSED")) kb = std::max(16, std::min(227, std::atoi(e)));
+    // the fused ring's size: GDN_TMA_SMEM_KB_FUSED in the environment (tuning sweeps and the ring: tests)
+    const int kb = kFused ? env_int("GDN_TMA_SMEM_KB_FUSED", GDN_TMA_SMEM_KB_FUSED, 16, 227) : GDN_TMA_SMEM_KB;
     s.stages = tma_ring_stages(kb * 1024, Lay::kHead, Lay::kStage, Lay::kConsumers, Lay::kMaxStages);  // a multiple of kConsumers
     s.smem = Lay::kHead + s.stages * Lay::kStage;
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
@@ -125,8 +124,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
           // the producer's first items before the prologue ends (GDN_TMA_PRE_EARLY=n: n of them, at
           // most every stage but the prologue's scratch, the last); z by the conv warp when the
           // prologue leaves it little (GDN_TMA_ZCONV=0: by the consumers)
-          tg.early = std::min(Lay::kConsumers, tg.stages - 1);
-          if (const char* e = std::getenv("GDN_TMA_PRE_EARLY")) tg.early = std::max(0, std::min(std::atoi(e), tg.stages - 1));
+          tg.early = env_int("GDN_TMA_PRE_EARLY", std::min(Lay::kConsumers, tg.stages - 1), 0, tg.stages - 1);
           tg.zc = fits && !env_equals("GDN_TMA_ZCONV", "0");
         }
       }
