@@ -63,20 +63,37 @@ namespace gdn::cuda {
 #ifndef GDN_REC_SMALL_BATCH
 #define GDN_REC_SMALL_BATCH 64
 #endif
+// The small-batch 16-bit shape (warps per block, lanes per row, rows per lane, resident blocks per
+// SM), as macros so that a sweep can build other shapes (-D in CMAKE_CUDA_FLAGS).
+#ifndef GDN_REC_SMALL_WARPS
+#define GDN_REC_SMALL_WARPS 4
+#endif
+#ifndef GDN_REC_SMALL_LANES
+#define GDN_REC_SMALL_LANES 32
+#endif
+#ifndef GDN_REC_SMALL_ROWS
+#define GDN_REC_SMALL_ROWS 4
+#endif
+#ifndef GDN_REC_SMALL_MB
+#define GDN_REC_SMALL_MB 10
+#endif
 
 template <typename TState, bool kFused, bool kSmall = false>
 struct RecTraits {
   static constexpr bool kWide = sizeof(TState) == 4;
   static constexpr bool kAlt = kSmall && !kWide && !kFused;  // the small-batch 16-bit shape
-  static constexpr int kWarps = kFused ? GDN_FUSED_WARPS : kAlt ? 4 : (kWide ? GDN_REC_WARPS_F32 : GDN_REC_WARPS_16);
+  static constexpr int kWarps =
+      kFused ? GDN_FUSED_WARPS : kAlt ? GDN_REC_SMALL_WARPS : (kWide ? GDN_REC_WARPS_F32 : GDN_REC_WARPS_16);
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kLanes = kAlt ? 32 : (kWide ? GDN_REC_LANES_F32 : GDN_REC_LANES_16);  // lanes per row
+  static constexpr int kLanes =  // lanes per row
+      kAlt ? GDN_REC_SMALL_LANES : (kWide ? GDN_REC_LANES_F32 : GDN_REC_LANES_16);
   static constexpr int kGroups = 32 / kLanes;                                                  // groups per warp
   static constexpr int kRowsPerLane = kFused ? (kWide ? GDN_FUSED_ROWS_F32 : GDN_FUSED_ROWS_16)
-                                      : kAlt ? 4
+                                      : kAlt ? GDN_REC_SMALL_ROWS
                                              : (kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16);
   static constexpr int kRowsPerWarp = kRowsPerLane * kGroups;
-  static constexpr int kMinBlocks = kFused ? GDN_FUSED_MB : kAlt ? 10 : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
+  static constexpr int kMinBlocks =
+      kFused ? GDN_FUSED_MB : kAlt ? GDN_REC_SMALL_MB : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
   static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
   static_assert(kThreads <= 1024 && kThreads % 32 == 0, "a block is whole warps, at most 1024 threads");
   static_assert(kLanes == 8 || kLanes == 16 || kLanes == 32, "a lane group is 8, 16 or 32 lanes");
