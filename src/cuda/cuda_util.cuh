@@ -1,4 +1,8 @@
 // src/cuda/cuda_util.cuh — dtype conversion, index loads and error checks for the CUDA kernels.
+// A compiler pitfall for every device file: nvcc 13.0.88 compiles a device generic lambda whose body
+// has `if constexpr` on a constant taken from its `auto` parameter (decltype(tag)::value) wrongly — its
+// other instances came out as no code (bench/RESULTS.md step 73, with a reproducer). In device code,
+// select code by constant through a function template instead.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
