@@ -56,32 +56,36 @@ namespace gdn::cuda {
 #define GDN_FUSED_MB 2
 #endif
 
-// Small batches of 16-bit state are latency-bound: there the plain kernel uses four-warp blocks of
-// four rows per warp, a row per warp-wide lane group, when sequences x value heads <=
-// GDN_REC_SMALL_BATCH (H200, bench/RESULTS.md: at 32..48 sequence-heads the small shape was 5-11%
-// faster than the large-batch one, at 128 6-20% slower).
+// Small batches are latency-bound: there the plain kernel uses a shape with fewer rows per lane
+// group (more, shorter blocks) when sequences x value heads <= GDN_REC_SMALL_BATCH_F32 (float32
+// state) or GDN_REC_SMALL_BATCH (16-bit); GDN_REC_SMALL_BATCH in the environment overrides both at
+// launch (sweeps, tests). H200, bench/RESULTS.md step 77: one-warp blocks of 2 rows per 16-lane
+// group beat the large-batch shape (4 rows) by 8-19% at 32 sequence-heads.
 #ifndef GDN_REC_SMALL_BATCH
 #define GDN_REC_SMALL_BATCH 64
 #endif
-// The small-batch 16-bit shape (warps per block, lanes per row, rows per lane, resident blocks per
-// SM), as macros so that a sweep can build other shapes (-D in CMAKE_CUDA_FLAGS).
+#ifndef GDN_REC_SMALL_BATCH_F32
+#define GDN_REC_SMALL_BATCH_F32 64
+#endif
+// The small-batch shape (warps per block, lanes per row, rows per lane, resident blocks per SM),
+// as macros so that a sweep can build other shapes (-D in CMAKE_CUDA_FLAGS).
 #ifndef GDN_REC_SMALL_WARPS
-#define GDN_REC_SMALL_WARPS 4
+#define GDN_REC_SMALL_WARPS 1
 #endif
 #ifndef GDN_REC_SMALL_LANES
-#define GDN_REC_SMALL_LANES 32
+#define GDN_REC_SMALL_LANES 16
 #endif
 #ifndef GDN_REC_SMALL_ROWS
-#define GDN_REC_SMALL_ROWS 4
+#define GDN_REC_SMALL_ROWS 2
 #endif
 #ifndef GDN_REC_SMALL_MB
-#define GDN_REC_SMALL_MB 10
+#define GDN_REC_SMALL_MB 32
 #endif
 
 template <typename TState, bool kFused, bool kSmall = false>
 struct RecTraits {
   static constexpr bool kWide = sizeof(TState) == 4;
-  static constexpr bool kAlt = kSmall && !kWide && !kFused;  // the small-batch 16-bit shape
+  static constexpr bool kAlt = kSmall && !kFused;  // the small-batch shape
   static constexpr int kWarps =
       kFused ? GDN_FUSED_WARPS : kAlt ? GDN_REC_SMALL_WARPS : (kWide ? GDN_REC_WARPS_F32 : GDN_REC_WARPS_16);
   static constexpr int kThreads = kWarps * 32;

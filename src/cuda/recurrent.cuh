@@ -204,12 +204,14 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     using T = std::true_type;
     using F = std::false_type;
     // gdn_attention: the fused forms. The primitive op: the pipelined sm_90 kernel where it applies
-    // (recurrent_tma.cuh: large batches of dense K = 128 state), else 16-bit small batches, the
+    // (recurrent_tma.cuh: large batches of dense K = 128 state), else the small-batch shape, the
     // packed kernel, or the large-batch shape.
     if (fused) return run(T{}, F{});
     if (std::optional<Status> st = launch_tma<TAct, TS, KP, false>(p, nseq, stream)) return *st;
+    const int small = env_int("GDN_REC_SMALL_BATCH", sizeof(TS) == 4 ? GDN_REC_SMALL_BATCH_F32 : GDN_REC_SMALL_BATCH,
+                              0, 1 << 30);
+    if (nseq * p.HV <= small) return run(F{}, T{});
     if constexpr (sizeof(TS) == 2) {
-      if (nseq * p.HV <= GDN_REC_SMALL_BATCH) return run(F{}, T{});
       if constexpr (KP == 128)
         if (use_packed<TS, KP>(p)) {
           const dim3 grid(static_cast<unsigned>((p.V + PackedTraits::kRows - 1) / PackedTraits::kRows),
