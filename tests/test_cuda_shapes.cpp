@@ -1,8 +1,8 @@
 // The CUDA recurrent op picks its kernel from the batch: on sm_90, batches of at least 128
 // (float32 state) or 384 (16-bit) sequence-heads (dense "vk" state, K = 128) the pipelined kernel (recurrent_tma.cuh: 1 or 4 staged
-// tokens per item, later tokens from global memory); otherwise 16-bit state with sequences x value
-// heads <= 64 (GDN_REC_SMALL_BATCH) the small-batch shape; larger batches of dense 16-bit "vk" state
-// without multi-column verify the packed kernel; the rest the large-batch shape.
+// tokens per item, later tokens from global memory); otherwise sequences x value heads <= 64
+// (GDN_REC_SMALL_BATCH_F32 / GDN_REC_SMALL_BATCH) the small-batch shape; larger batches of dense
+// 16-bit "vk" state without multi-column verify the packed kernel; the rest the large-batch shape.
 //   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), N = 2
 //     (64 sequence-heads) and N = 12 (384: the pipelined kernel on sm_90, and again with
 //     GDN_CUDA_TMA=0: the register kernels), for each state dtype: decode (non-spec, one token per
