@@ -79,7 +79,7 @@ namespace gdn::cuda {
 #define GDN_REC_SMALL_ROWS 2
 #endif
 #ifndef GDN_REC_SMALL_MB
-#define GDN_REC_SMALL_MB 32
+#define GDN_REC_SMALL_MB 16
 #endif
 
 template <typename TState, bool kFused, bool kSmall = false>
@@ -476,14 +476,63 @@ __device__ __forceinline__ void emit_token(const RecurrentParams& p, const Group
 }
 
 // Tokens staged at once by the primitive op's kernels (their inputs loaded together). 1: measured
-// best (4: verify T = 4 3% slower, bench/RESULTS.md step 17).
+// best for the large-batch shape (4: verify T = 4 3% slower, bench/RESULTS.md step 17);
+// GDN_REC_TB_SMALL for the small-batch shape, whose verify tokens are latency-bound.
 #ifndef GDN_REC_TB
 #define GDN_REC_TB 1
+#endif
+#ifndef GDN_REC_TB_SMALL
+#define GDN_REC_TB_SMALL 4
 #endif
 template <int KP, int kRows, int kTB>
 struct TokenStage {
   float q[kTB][KP], k[kTB][KP], v[kTB][kRows], ab[kTB][2];
 };
+
+// The primitive op's inputs of nt <= kTB tokens (local tokens t0.., global rows from global_row)
+// into shared memory, as stage_inputs does for one: every load of every token is issued into
+// registers first, then converted and stored, so the tokens cost one round trip.
+template <typename TAct, int KP, int kRows, int kThreads, int kTB>
+__device__ __forceinline__ void stage_tokens(const RecurrentParams& p, const GroupMeta& g, rules::TokenRange tr,
+                                             int64_t t0, int nt, int h, int hv, int v0, int tid,
+                                             TokenStage<KP, kRows, kTB>& st) {
+  constexpr int kE = (KP + kThreads - 1) / kThreads;  // q and k elements per thread and token
+  TAct rq[kTB][kE], rk[kTB][kE], rv[kTB], rab[kTB];
+#pragma unroll
+  for (int u = 0; u < kTB; ++u) {
+    if (u >= nt) break;
+    const int64_t row = global_row(g, tr.begin + t0 + u, g.limit);
+    const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * p.K;
+    const TAct* k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * p.K;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const int c = tid + e * kThreads;
+      rq[u][e] = c < p.K ? q[c] : from_float<TAct>(0.f);
+      rk[u][e] = c < p.K ? k[c] : from_float<TAct>(0.f);
+    }
+    rv[u] = (tid < kRows && v0 + tid < p.V)
+                ? static_cast<const TAct*>(p.src.v)[row * p.src.v_rs + static_cast<int64_t>(hv) * p.V + v0 + tid]
+                : from_float<TAct>(0.f);
+    if (tid < 2) {
+      const TAct* src = static_cast<const TAct*>(tid == 0 ? p.src.a : p.src.b);
+      rab[u] = src[row * (tid == 0 ? p.src.a_rs : p.src.b_rs) + hv];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kTB; ++u) {
+    if (u >= nt) break;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const int c = tid + e * kThreads;
+      if (c < KP) {
+        st.q[u][c] = to_float(rq[u][e]);
+        st.k[u][c] = to_float(rk[u][e]);
+      }
+    }
+    if (tid < kRows) st.v[u][tid] = to_float(rv[u]);
+    if (tid < 2) st.ab[u][tid] = to_float(rab[u]);
+  }
+}
 
 // The primitive op's token loop for a lane group's R float32 rows s (rows row0 + j G, block-local
 // lrow0 + j G): stages kTB tokens' inputs, runs recur_token on each and emits its o and verify
@@ -497,11 +546,11 @@ __device__ __forceinline__ void run_tokens(const RecurrentParams& p, const Group
   for (int64_t t0 = 0; t0 < tr.len; t0 += kTB) {
     const int nt = static_cast<int>(tr.len - t0 < kTB ? tr.len - t0 : kTB);
     __syncthreads();  // the previous batch's shared inputs are consumed
-#pragma unroll
-    for (int u = 0; u < kTB; ++u)
-      if (u < nt)
-        stage_inputs<TAct, KP, kRows, kThreads>(p, global_row(g, tr.begin + t0 + u, g.limit), h, hv,
-                                                row0 - lrow0, tid, st.q[u], st.k[u], st.v[u], st.ab[u]);
+    if constexpr (kTB == 1)
+      stage_inputs<TAct, KP, kRows, kThreads>(p, global_row(g, tr.begin + t0, g.limit), h, hv, row0 - lrow0, tid,
+                                              st.q[0], st.k[0], st.v[0], st.ab[0]);
+    else
+      stage_tokens<TAct, KP, kRows, kThreads, kTB>(p, g, tr, t0, nt, h, hv, row0 - lrow0, tid, st);
     __syncthreads();
     for (int u = 0; u < nt; ++u) {
       const float mine = recur_token<L, G, R, EPL>(s, st.q[u], st.k[u], st.v[u], lrow0, p.V - row0, st.ab[u][0],

@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
   static_assert(KP % L == 0, "K padded to whole lane groups");
   constexpr int kCh = kFused ? 2 * KP + kRows : 1;  // fused: [q channels | k channels | v rows]
   __shared__ ConvChannel<TAct> s_ch[kCh];
-  __shared__ TokenStage<KP, kRows, kFused ? 1 : GDN_REC_TB> s_stage;
+  constexpr int kTB = kFused ? 1 : Tr::kAlt ? GDN_REC_TB_SMALL : GDN_REC_TB;  // tokens staged at once
+  __shared__ TokenStage<KP, kRows, kTB> s_stage;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
   const int hv = blockIdx.y, h = hv / p.r;
   // Row of this lane group's step j: row0 + j * G; its block-local index: lrow0 + j * G.
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
       emit_token<TAct, TState, KP, R, EPL, G, kDense>(p, g, i, t, row, hv, row0, ln, mine, s);
     }
   } else {
-    run_tokens<TAct, TState, KP, kRows, kThreads, L, G, R, EPL, kDense, GDN_REC_TB>(p, g, i, tr, s, row0, lrow0, h, hv,
+    run_tokens<TAct, TState, KP, kRows, kThreads, L, G, R, EPL, kDense, kTB>(p, g, i, tr, s, row0, lrow0, h, hv,
                                                                                     A, dtb, tid, ln, s_stage);
   }
   if (!g.spec)
