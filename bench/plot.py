@@ -32,7 +32,8 @@ def main():
     for ax, (T, state) in zip(axes, panels):
         def series(rows, label, **kw):
             pts = sorted((r["N"], r["gbps"]) for r in rows
-                         if r.get("model") == a.model and r.get("T") == T and r.get("state") == state)
+                         if r.get("model") == a.model and r.get("T") == T and r.get("state") == state
+                         and "gbps" in r)  # (a peer's error rows have none)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, **kw)
         series([r for r in ours["results"] if r["op"] == "recurrent"], "gdn recurrent", lw=2.5)

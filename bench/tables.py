@@ -31,8 +31,8 @@ def main():
                 return r
         return None
 
-    def us(r):
-        return f"{r['us']:.1f}" if r else ""
+    def us(r):  # a peer's error record (it did not compile or run): "error"
+        return "" if not r else f"{r['us']:.1f}" if "us" in r else "error"
 
     rec = [r for r in ours["results"] if r["op"] == "recurrent"]
     fused = [r for r in ours["results"] if r["op"] == "fused"]
@@ -49,7 +49,7 @@ def main():
             t2 = find(two, op="fused", **key)
             cells = [r["state"], str(r["T"]), str(r["N"]), f"{r['us']:.1f}", f"{100 * r['gbps'] / copy:.0f}%"]
             cells += [us(x) for x in pr]
-            cells.append(f"{r['us'] / pr[0]['us']:.2f}" if pr[0] else "")
+            cells.append(f"{r['us'] / pr[0]['us']:.2f}" if pr[0] and "us" in pr[0] else "")
             cells += [us(f), f"{f['us'] / r['us']:.2f}" if f else "", us(t2)]
             print("| " + " | ".join(cells) + " |")
         print()
