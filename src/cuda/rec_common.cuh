@@ -59,8 +59,9 @@ namespace gdn::cuda {
 // Small batches are latency-bound: there the plain kernel uses a shape with fewer rows per lane
 // group (more, shorter blocks) when sequences x value heads <= GDN_REC_SMALL_BATCH_F32 (float32
 // state) or GDN_REC_SMALL_BATCH (16-bit); GDN_REC_SMALL_BATCH in the environment overrides both at
-// launch (sweeps, tests). H200, bench/RESULTS.md step 77: one-warp blocks of 2 rows per 16-lane
-// group beat the large-batch shape (4 rows) by 8-19% at 32 sequence-heads.
+// launch (sweeps, tests). H200, bench/RESULTS.md steps 77-78: one-warp blocks of 2 rows per 16-lane
+// group, 16 resident (room for GDN_REC_TB_SMALL tokens' inputs in registers), beat the large-batch
+// shape by 8-19% at 32 sequence-heads; above 64 they lose.
 #ifndef GDN_REC_SMALL_BATCH
 #define GDN_REC_SMALL_BATCH 64
 #endif
