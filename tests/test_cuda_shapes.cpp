@@ -1,10 +1,13 @@
 // The CUDA recurrent op picks its kernel from the batch: on sm_90, batches of at least 128
 // (float32 state) or 384 (16-bit) sequence-heads (dense "vk" state, K = 128) the pipelined kernel (recurrent_tma.cuh: 1 or 4 staged
 // tokens per item, later tokens from global memory); otherwise sequences x value heads <= 64
-// (GDN_REC_SMALL_BATCH_F32 / GDN_REC_SMALL_BATCH) the small-batch shape; larger batches of dense
-// 16-bit "vk" state without multi-column verify the packed kernel; the rest the large-batch shape.
+// (GDN_REC_SMALL_BATCH_F32 / GDN_REC_SMALL_BATCH) the small-batch shape; 16-bit K = 128 batches up to
+// 128 (GDN_REC_MID_BATCH) with at least 2 tokens per sequence the mid-batch verify form; larger
+// batches of dense 16-bit "vk" state without multi-column verify the packed kernel; the rest the
+// large-batch shape.
 //   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), N = 2
-//     (64 sequence-heads) and N = 12 (384: the pipelined kernel on sm_90, and again with
+//     (64 sequence-heads), N = 4 (128: the mid-batch form for 16-bit verify, short and long
+//     batches; the pipelined kernel for float32 on sm_90) and N = 12 (384: the pipelined kernel on sm_90, and again with
 //     GDN_CUDA_TMA=0: the register kernels), for each state dtype: decode (non-spec, one token per
 //     sequence), short non-spec sequences of 1..3 tokens (one launch mixes one-token and longer
 //     sequences), verify (3 columns, 1..3 tokens per sequence, ragged accepted counts), verify with
@@ -87,7 +90,7 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
 std::vector<ShapeParam> shape_params() {
   std::vector<ShapeParam> v;
   for (DType st : {DType::kBFloat16, DType::kFloat16, DType::kFloat32})
-    for (int64_t n : {2, 12})
+    for (int64_t n : {2, 4, 12})
       for (Mode m : {Mode::kDecode, Mode::kShort, Mode::kVerify, Mode::kVerify1, Mode::kSkewed, Mode::kLong}) {
         v.push_back({st, n, m});
         if (n == 12) v.push_back({st, n, m, true});

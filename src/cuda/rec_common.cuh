@@ -83,10 +83,24 @@ namespace gdn::cuda {
 #define GDN_REC_SMALL_MB 16
 #endif
 
-template <typename TState, bool kFused, bool kSmall = false>
+// Mid batches of 16-bit verify (GDN_REC_SMALL_BATCH < sequences x value heads <= GDN_REC_MID_BATCH,
+// at least 2 tokens per sequence on average; K = 128): the large-batch shape with GDN_REC_TB_MID
+// tokens staged at once and GDN_REC_MID_MB resident blocks (room for the staged tokens' registers).
+#ifndef GDN_REC_MID_BATCH
+#define GDN_REC_MID_BATCH 128
+#endif
+#ifndef GDN_REC_MID_MB
+#define GDN_REC_MID_MB 16
+#endif
+
+// The register kernels' forms of the primitive op (gdn_attention's fused forms ignore it).
+enum RecForm : int { kFormLarge = 0, kFormSmall = 1, kFormMid = 2 };
+
+template <typename TState, bool kFused, int kForm = kFormLarge>
 struct RecTraits {
   static constexpr bool kWide = sizeof(TState) == 4;
-  static constexpr bool kAlt = kSmall && !kFused;  // the small-batch shape
+  static constexpr bool kAlt = kForm == kFormSmall && !kFused;  // the small-batch shape
+  static constexpr bool kMid = kForm == kFormMid && !kFused;    // the mid-batch verify form
   static constexpr int kWarps =
       kFused ? GDN_FUSED_WARPS : kAlt ? GDN_REC_SMALL_WARPS : (kWide ? GDN_REC_WARPS_F32 : GDN_REC_WARPS_16);
   static constexpr int kThreads = kWarps * 32;
@@ -97,8 +111,10 @@ struct RecTraits {
                                       : kAlt ? GDN_REC_SMALL_ROWS
                                              : (kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16);
   static constexpr int kRowsPerWarp = kRowsPerLane * kGroups;
-  static constexpr int kMinBlocks =
-      kFused ? GDN_FUSED_MB : kAlt ? GDN_REC_SMALL_MB : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
+  static constexpr int kMinBlocks = kFused ? GDN_FUSED_MB
+                                    : kAlt  ? GDN_REC_SMALL_MB
+                                    : kMid  ? GDN_REC_MID_MB
+                                            : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
   static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
   static_assert(kThreads <= 1024 && kThreads % 32 == 0, "a block is whole warps, at most 1024 threads");
   static_assert(kLanes == 8 || kLanes == 16 || kLanes == 32, "a lane group is 8, 16 or 32 lanes");
@@ -478,12 +494,16 @@ __device__ __forceinline__ void emit_token(const RecurrentParams& p, const Group
 
 // Tokens staged at once by the primitive op's kernels (their inputs loaded together). 1: measured
 // best for the large-batch shape (4: verify T = 4 3% slower, bench/RESULTS.md step 17);
-// GDN_REC_TB_SMALL for the small-batch shape, whose verify tokens are latency-bound.
+// GDN_REC_TB_SMALL / GDN_REC_TB_MID for the small-batch shape and the mid-batch verify form, whose
+// tokens are latency-bound.
 #ifndef GDN_REC_TB
 #define GDN_REC_TB 1
 #endif
 #ifndef GDN_REC_TB_SMALL
 #define GDN_REC_TB_SMALL 4
+#endif
+#ifndef GDN_REC_TB_MID
+#define GDN_REC_TB_MID 4
 #endif
 template <int KP, int kRows, int kTB>
 struct TokenStage {

@@ -60,18 +60,21 @@ __device__ __forceinline__ float conv_token(const RecurrentParams& p, const Grou
   return round_to<TAct>(acc);  // the conv output is stored in the activation dtype
 }
 
-template <typename TAct, typename TState, int KP, bool kFused, bool kDense, bool kSmall>
-__global__ void __launch_bounds__(RecTraits<TState, kFused, kSmall>::kThreads,
-                                  RecTraits<TState, kFused, kSmall>::kMinBlocks)
+template <typename TAct, typename TState, int KP, bool kFused, bool kDense, int kForm>
+__global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
+                                  RecTraits<TState, kFused, kForm>::kMinBlocks)
     recurrent_kernel(const __grid_constant__ RecurrentParams p) {
   pdl_start();
-  using Tr = RecTraits<TState, kFused, kSmall>;
+  using Tr = RecTraits<TState, kFused, kForm>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
   static_assert(KP % L == 0, "K padded to whole lane groups");
   constexpr int kCh = kFused ? 2 * KP + kRows : 1;  // fused: [q channels | k channels | v rows]
   __shared__ ConvChannel<TAct> s_ch[kCh];
-  constexpr int kTB = kFused ? 1 : Tr::kAlt ? GDN_REC_TB_SMALL : GDN_REC_TB;  // tokens staged at once
+  constexpr int kTB = kFused     ? 1  // tokens staged at once
+                      : Tr::kAlt ? GDN_REC_TB_SMALL
+                      : Tr::kMid ? GDN_REC_TB_MID
+                                 : GDN_REC_TB;
   __shared__ TokenStage<KP, kRows, kTB> s_stage;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
   const int hv = blockIdx.y, h = hv / p.r;
@@ -178,8 +181,9 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
   if (nseq == 0) return Status::Ok();  // (fused: the caller's conv kernel copies z)
   auto go = [&](auto kp_tag) -> Status {
     constexpr int KP = decltype(kp_tag)::value;
-    auto run = [&](auto fused_tag, auto small_tag) -> Status {
-      constexpr bool kF = decltype(fused_tag)::value, kS = decltype(small_tag)::value;
+    auto run = [&](auto fused_tag, auto form_tag) -> Status {
+      constexpr bool kF = decltype(fused_tag)::value;
+      constexpr int kS = decltype(form_tag)::value;
       using Tr = RecTraits<TS, kF, kS>;
       constexpr int EPL = KP / Tr::kLanes;
       const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == KP;
@@ -204,14 +208,22 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     };
     using T = std::true_type;
     using F = std::false_type;
+    using Large = std::integral_constant<int, kFormLarge>;
+    using Small = std::integral_constant<int, kFormSmall>;
+    using Mid = std::integral_constant<int, kFormMid>;
     // gdn_attention: the fused forms. The primitive op: the pipelined sm_90 kernel where it applies
     // (recurrent_tma.cuh: large batches of dense K = 128 state), else the small-batch shape, the
-    // packed kernel, or the large-batch shape.
-    if (fused) return run(T{}, F{});
+    // mid-batch verify form, the packed kernel, or the large-batch shape.
+    if (fused) return run(T{}, Large{});
     if (std::optional<Status> st = launch_tma<TAct, TS, KP, false>(p, nseq, stream)) return *st;
     const int small = env_int("GDN_REC_SMALL_BATCH", sizeof(TS) == 4 ? GDN_REC_SMALL_BATCH_F32 : GDN_REC_SMALL_BATCH,
                               0, 1 << 30);
-    if (nseq * p.HV <= small) return run(F{}, T{});
+    if (nseq * p.HV <= small) return run(F{}, Small{});
+    if constexpr (sizeof(TS) == 2 && KP == 128) {  // GDN_REC_MID_BATCH in the environment: 0 turns it off
+      const int64_t tokens = p.group[0].limit + p.group[1].limit;
+      if (nseq * p.HV <= env_int("GDN_REC_MID_BATCH", GDN_REC_MID_BATCH, 0, 1 << 30) && tokens >= 2 * nseq)
+        return run(F{}, Mid{});
+    }
     if constexpr (sizeof(TS) == 2) {
       if constexpr (KP == 128)
         if (use_packed<TS, KP>(p)) {
@@ -220,7 +232,7 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
           return Launch(grid, PackedTraits::kThreads, 0, stream)(recurrent_packed_kernel<TAct, TS, KP>, p);
         }
     }
-    return run(F{}, F{});
+    return run(F{}, Large{});
   };
   if (p.K <= 32) return go(std::integral_constant<int, 32>{});
   if (p.K <= 64) return go(std::integral_constant<int, 64>{});
