@@ -93,6 +93,20 @@ namespace gdn::cuda {
 #define GDN_REC_MID_MB 16
 #endif
 
+// Tokens staged at once by the primitive op's kernels (their inputs loaded together). 1: measured
+// best for the large-batch shape (4: verify T = 4 3% slower, bench/RESULTS.md step 17);
+// GDN_REC_TB_SMALL / GDN_REC_TB_MID for the small-batch shape and the mid-batch verify form, whose
+// tokens are latency-bound.
+#ifndef GDN_REC_TB
+#define GDN_REC_TB 1
+#endif
+#ifndef GDN_REC_TB_SMALL
+#define GDN_REC_TB_SMALL 4
+#endif
+#ifndef GDN_REC_TB_MID
+#define GDN_REC_TB_MID 4
+#endif
+
 // The register kernels' forms of the primitive op (gdn_attention's fused forms ignore it).
 enum RecForm : int { kFormLarge = 0, kFormSmall = 1, kFormMid = 2 };
 
@@ -116,6 +130,7 @@ struct RecTraits {
                                     : kMid  ? GDN_REC_MID_MB
                                             : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
   static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
+  static constexpr int kTokens = kFused ? 1 : kAlt ? GDN_REC_TB_SMALL : kMid ? GDN_REC_TB_MID : GDN_REC_TB;  // staged
   static_assert(kThreads <= 1024 && kThreads % 32 == 0, "a block is whole warps, at most 1024 threads");
   static_assert(kLanes == 8 || kLanes == 16 || kLanes == 32, "a lane group is 8, 16 or 32 lanes");
   static_assert(kRowsPerLane >= 1 && kRowsPerLane <= kLanes, "lane j of a group stores o of its row j");
@@ -436,23 +451,39 @@ __device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq
   return recur_rows<L, G, R, EPL>(s, kr, qr, tg, [&](int j) { return j * G < vlim ? sv[lrow0 + j * G] : 0.f; }, ln);
 }
 
+// Where the primitive op's inputs of one token (global row `row`) are: q and k of key head h, v of
+// row v0 + tid of value head hv, and gate input a (which = 0) or b (1) of value head hv.
+template <typename TAct>
+__device__ __forceinline__ const TAct* q_row(const RecurrentParams& p, int64_t row, int h) {
+  return static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * p.K;
+}
+template <typename TAct>
+__device__ __forceinline__ const TAct* k_row(const RecurrentParams& p, int64_t row, int h) {
+  return static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * p.K;
+}
+template <typename TAct>
+__device__ __forceinline__ TAct v_elem(const RecurrentParams& p, int64_t row, int hv, int v0, int tid) {
+  return static_cast<const TAct*>(p.src.v)[row * p.src.v_rs + static_cast<int64_t>(hv) * p.V + v0 + tid];
+}
+template <typename TAct>
+__device__ __forceinline__ TAct gate_elem(const RecurrentParams& p, int64_t row, int hv, int which) {
+  const TAct* src = static_cast<const TAct*>(which == 0 ? p.src.a : p.src.b);
+  return src[row * (which == 0 ? p.src.a_rs : p.src.b_rs) + hv];
+}
+
 // The primitive op's inputs of one token (global row `row`) into shared memory: raw q and k of key
 // head h (zero past K), the v values of the block's kRows rows from v0, and a, b.
 template <typename TAct, int KP, int kRows, int kThreads>
 __device__ __forceinline__ void stage_inputs(const RecurrentParams& p, int64_t row, int h, int hv, int v0, int tid,
                                              float* s_q, float* s_k, float* s_v, float* s_ab) {
-  const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * p.K;
-  const TAct* k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * p.K;
+  const TAct* q = q_row<TAct>(p, row, h);
+  const TAct* k = k_row<TAct>(p, row, h);
   for (int c = tid; c < KP; c += kThreads) {
     s_q[c] = c < p.K ? to_float(q[c]) : 0.f;
     s_k[c] = c < p.K ? to_float(k[c]) : 0.f;
   }
-  if (tid < kRows && v0 + tid < p.V)
-    s_v[tid] = to_float(static_cast<const TAct*>(p.src.v)[row * p.src.v_rs + static_cast<int64_t>(hv) * p.V + v0 + tid]);
-  if (tid < 2) {
-    const TAct* src = static_cast<const TAct*>(tid == 0 ? p.src.a : p.src.b);
-    s_ab[tid] = to_float(src[row * (tid == 0 ? p.src.a_rs : p.src.b_rs) + hv]);
-  }
+  if (tid < kRows && v0 + tid < p.V) s_v[tid] = to_float(v_elem<TAct>(p, row, hv, v0, tid));
+  if (tid < 2) s_ab[tid] = to_float(gate_elem<TAct>(p, row, hv, tid));
 }
 
 // A padding sequence: zeros in o for the lane's row (lanes ln < R), every token whose row exists.
@@ -492,19 +523,6 @@ __device__ __forceinline__ void emit_token(const RecurrentParams& p, const Group
   }
 }
 
-// Tokens staged at once by the primitive op's kernels (their inputs loaded together). 1: measured
-// best for the large-batch shape (4: verify T = 4 3% slower, bench/RESULTS.md step 17);
-// GDN_REC_TB_SMALL / GDN_REC_TB_MID for the small-batch shape and the mid-batch verify form, whose
-// tokens are latency-bound.
-#ifndef GDN_REC_TB
-#define GDN_REC_TB 1
-#endif
-#ifndef GDN_REC_TB_SMALL
-#define GDN_REC_TB_SMALL 4
-#endif
-#ifndef GDN_REC_TB_MID
-#define GDN_REC_TB_MID 4
-#endif
 template <int KP, int kRows, int kTB>
 struct TokenStage {
   float q[kTB][KP], k[kTB][KP], v[kTB][kRows], ab[kTB][2];
@@ -523,21 +541,16 @@ __device__ __forceinline__ void stage_tokens(const RecurrentParams& p, const Gro
   for (int u = 0; u < kTB; ++u) {
     if (u >= nt) break;
     const int64_t row = global_row(g, tr.begin + t0 + u, g.limit);
-    const TAct* q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * p.K;
-    const TAct* k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * p.K;
+    const TAct* q = q_row<TAct>(p, row, h);
+    const TAct* k = k_row<TAct>(p, row, h);
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
       const int c = tid + e * kThreads;
       rq[u][e] = c < p.K ? q[c] : from_float<TAct>(0.f);
       rk[u][e] = c < p.K ? k[c] : from_float<TAct>(0.f);
     }
-    rv[u] = (tid < kRows && v0 + tid < p.V)
-                ? static_cast<const TAct*>(p.src.v)[row * p.src.v_rs + static_cast<int64_t>(hv) * p.V + v0 + tid]
-                : from_float<TAct>(0.f);
-    if (tid < 2) {
-      const TAct* src = static_cast<const TAct*>(tid == 0 ? p.src.a : p.src.b);
-      rab[u] = src[row * (tid == 0 ? p.src.a_rs : p.src.b_rs) + hv];
-    }
+    rv[u] = (tid < kRows && v0 + tid < p.V) ? v_elem<TAct>(p, row, hv, v0, tid) : from_float<TAct>(0.f);
+    if (tid < 2) rab[u] = gate_elem<TAct>(p, row, hv, tid);
   }
 #pragma unroll
   for (int u = 0; u < kTB; ++u) {

@@ -71,10 +71,7 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
   static_assert(KP % L == 0, "K padded to whole lane groups");
   constexpr int kCh = kFused ? 2 * KP + kRows : 1;  // fused: [q channels | k channels | v rows]
   __shared__ ConvChannel<TAct> s_ch[kCh];
-  constexpr int kTB = kFused     ? 1  // tokens staged at once
-                      : Tr::kAlt ? GDN_REC_TB_SMALL
-                      : Tr::kMid ? GDN_REC_TB_MID
-                                 : GDN_REC_TB;
+  constexpr int kTB = Tr::kTokens;  // tokens staged at once
   __shared__ TokenStage<KP, kRows, kTB> s_stage;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
   const int hv = blockIdx.y, h = hv / p.r;
@@ -183,8 +180,8 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     constexpr int KP = decltype(kp_tag)::value;
     auto run = [&](auto fused_tag, auto form_tag) -> Status {
       constexpr bool kF = decltype(fused_tag)::value;
-      constexpr int kS = decltype(form_tag)::value;
-      using Tr = RecTraits<TS, kF, kS>;
+      constexpr int kFm = decltype(form_tag)::value;
+      using Tr = RecTraits<TS, kF, kFm>;
       constexpr int EPL = KP / Tr::kLanes;
       const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == KP;
       if constexpr (kF) {
@@ -202,8 +199,8 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
       }
       const dim3 grid(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
                       static_cast<unsigned>(nseq));
-      return Launch(grid, Tr::kThreads, 0, stream)(dense ? recurrent_kernel<TAct, TS, KP, kF, true, kS>
-                                                         : recurrent_kernel<TAct, TS, KP, kF, false, kS>,
+      return Launch(grid, Tr::kThreads, 0, stream)(dense ? recurrent_kernel<TAct, TS, KP, kF, true, kFm>
+                                                         : recurrent_kernel<TAct, TS, KP, kF, false, kFm>,
                                                    p);
     };
     using T = std::true_type;
