@@ -127,6 +127,15 @@ inline bool pdl_enabled() {
          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
 }
 
+// GDN_CUDA_EARLY_META=1 (an opt-in of the caller, read at each launch; needs programmatic overlap):
+// the register kernels of the recurrent ops read the step's metadata (query_start_loc,
+// state_indices, num_accepted_tokens, has_initial_state) before their griddepcontrol.wait, so
+// the state loads start as soon as the previous kernel is done. The caller guarantees that no
+// kernel that may still run when the op's kernel starts (the kernel launched right before it on
+// the stream) writes those tensors; otherwise the op may read them stale. Every other read stays
+// after the wait. README "Early metadata"; bench/RESULTS.md step 84.
+inline bool early_meta_enabled() { return env_equals("GDN_CUDA_EARLY_META", "1") && pdl_enabled(); }
+
 // One kernel launch of this backend: grid, block, dynamic shared memory, stream, programmatic
 // overlap where pdl_enabled(), and optionally a cluster shape.
 struct Launch {

@@ -184,6 +184,7 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream) {
   p.has_null = a.null_block_id.has_value();
   p.null_id = a.null_block_id.value_or(0);
   return on_device(a.q.device_index, [&] {
+    p.early_meta = early_meta_enabled();
     bool one_launch = false;
     return launch_recurrent_any(p, a.q.dtype, a.ssm_state.dtype, false, static_cast<cudaStream_t>(stream),
                                 &one_launch);
@@ -246,6 +247,7 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
   cp.per_token = false;  // gdn_attention's spec conv layout is rolling
   const DType act = a.projected_states_qkvz.dtype;
   return on_device(a.projected_states_qkvz.device_index, [&] {
+    rp.early_meta = early_meta_enabled();
     auto s = static_cast<cudaStream_t>(stream);
     bool one_launch = false;
     GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true, s, &one_launch));

@@ -76,6 +76,7 @@ struct RecurrentParams : StepParams {
   int64_t o_rs = 0;
   int H = 0, HV = 0, K = 0, V = 0, r = 1;
   float scale = 1.f;
+  bool early_meta = false;  // the register kernels read the metadata before pdl_start() (early_meta_enabled)
 };
 
 struct ConvParams : StepParams {

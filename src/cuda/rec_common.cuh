@@ -297,6 +297,17 @@ __device__ __forceinline__ SeqInfo resolve_seq(const RecurrentParams& p, const G
   if (fused) si.pad = si.pad || !rules::slot_valid(si.slot0, p.conv.num_slots, p.has_null, p.null_id);
   return si;
 }
+// The register kernels' start: pdl_start(), then the sequence's metadata; or, where the caller
+// opted in (p.early_meta, cuda_util.cuh), the metadata first.
+__device__ __forceinline__ SeqInfo start_seq(const RecurrentParams& p, const GroupMeta& g, int64_t i, bool fused) {
+  if (p.early_meta) {
+    const SeqInfo si = resolve_seq(p, g, i, fused);
+    pdl_start();
+    return si;
+  }
+  pdl_start();
+  return resolve_seq(p, g, i, fused);
+}
 
 // A token's normalised k^, q^ (this lane's EPL elements of each) and its decay exp(g) and beta,
 // from raw q, k (KP each, zero past K) and the gate inputs a, b.

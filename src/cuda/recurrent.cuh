@@ -64,7 +64,6 @@ template <typename TAct, typename TState, int KP, bool kFused, bool kDense, int 
 __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
                                   RecTraits<TState, kFused, kForm>::kMinBlocks)
     recurrent_kernel(const __grid_constant__ RecurrentParams p) {
-  pdl_start();
   using Tr = RecTraits<TState, kFused, kForm>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
@@ -82,7 +81,7 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
   const GroupMeta& g = p.group[sq.gi];
   const int64_t i = sq.i;
   const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
-  const SeqInfo si = resolve_seq(p, g, i, kFused);
+  const SeqInfo si = start_seq(p, g, i, kFused);  // pdl_start() here
   const auto tr = si.tr;
   if (tr.len == 0) return;
 

@@ -138,7 +138,6 @@ __device__ __forceinline__ float recur_token_packed(uint32_t (&w)[R][EPL / 2], c
 template <typename TAct, typename TState, int KP>
 __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBlocks)
     recurrent_packed_kernel(const __grid_constant__ RecurrentParams p) {
-  pdl_start();
   using Tr = PackedTraits;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L, NW = EPL / 2, RH = R / 2;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
@@ -151,7 +150,7 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
   const SeqRef sq = seq_ref(p, blockIdx.z);
   const GroupMeta& g = p.group[sq.gi];
   const int64_t i = sq.i;
-  const SeqInfo si = resolve_seq(p, g, i, false);
+  const SeqInfo si = start_seq(p, g, i, false);  // pdl_start() here
   const auto tr = si.tr;
   if (tr.len == 0) return;
   const bool load = !si.pad && si.init;

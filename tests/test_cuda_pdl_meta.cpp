@@ -1,0 +1,130 @@
+// Metadata written by the kernel right before the op, which lets the op start early (programmatic
+// dependent launch): the op's kernels must read the step's metadata after their dependency wait
+// (griddepcontrol.wait), as they do unless the caller opts in to reading it before
+// (GDN_CUDA_EARLY_META=1, src/cuda/cuda_util.cuh, which requires that the kernel before the op
+// does not write it). These tests make that case happen, so they pass only without the opt-in
+// (run on the device with it: bench/RESULTS.md step 84).
+//   CudaPdlMeta.MetadataWrittenByThePreviousKernel: on one stream, a one-block kernel
+//     (tests/support/pdl_writer.cu) calls griddepcontrol.launch_dependents at once, spins about
+//     1 ms, then overwrites query_start_loc, state_indices and num_accepted_tokens with new
+//     values; gated_delta_rule_recurrent is launched right after it on device buffers. Its blocks
+//     become resident while the writer spins, so a read of the metadata before the wait sees the
+//     old values (other slots of the same pool, other token ranges, other accepted counts; every
+//     slot holds a different random state). Outputs and every state slot must equal the CPU
+//     backend run with the new metadata. Decode and verify (3 columns, ragged) batches at N = 2
+//     (the small-batch kernel shape), N = 8 (16-bit decode: the packed kernel; 16-bit verify and,
+//     with GDN_CUDA_TMA=0, float32: the large-batch shape; float32 by default: the pipelined
+//     kernel), float32 and bf16 state, Qwen3-Next TP1 heads.
+// Tolerances as in test_cuda_shapes.cpp: bf16 outputs rel L2 1e-2; states 1e-5 (float32) or 1e-2.
+#include <optional>
+
+#include "cuda_device.h"
+#include "pdl_writer.h"
+#include "prop_ops.h"
+#include "scoped_env.h"
+
+#ifdef GDN_WITH_CUDA
+namespace gdn::prop {
+namespace {
+
+struct MetaParam {
+  DType state;
+  int64_t n;
+  bool verify, tma_off;
+};
+std::string meta_name(const ::testing::TestParamInfo<MetaParam>& i) {
+  return std::string("state") + dtype_short(i.param.state) + "_N" + std::to_string(i.param.n) +
+         (i.param.verify ? "_verify" : "_decode") + (i.param.tma_off ? "_tmaoff" : "");
+}
+class CudaPdlMeta : public ::testing::TestWithParam<MetaParam> {};
+
+size_t buf_bytes(const Buf& b) { return static_cast<size_t>(b.phys_elems()) * b.esize(); }
+
+TEST_P(CudaPdlMeta, MetadataWrittenByThePreviousKernel) {
+  GRAPH_SKIP_WITHOUT_GPU();
+  const MetaParam& prm = GetParam();
+  const int64_t n = prm.n, H = 16, HV = 32, K = 128, V = 128, cols = prm.verify ? 3 : 1;
+  Rng r(9900 + n * 5 + (prm.verify ? 1 : 0) + (prm.state == DType::kFloat32 ? 2 : 0));
+  // new metadata (what the op must use) and old (what the buffers hold when the op is launched):
+  // the same tokens in total, other ranges, other slots of the pool, other accepted counts
+  std::vector<int64_t> lens(n, 1), acc_new(n), acc_old(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (prm.verify) lens[i] = r.randint(1, cols);
+    acc_new[i] = r.randint(1, cols);
+    acc_old[i] = 1 + acc_new[i] % cols;
+  }
+  std::vector<int64_t> lens_old(lens.rbegin(), lens.rend());
+  if (prm.verify) std::rotate(lens_old.begin(), lens_old.begin() + 1, lens_old.end());
+  const int64_t slots_n = 2 * n * cols;
+  const std::vector<int64_t> perm_new = random_perm(slots_n, r), perm_old = random_perm(slots_n, r);
+  auto slot_rows = [&](const std::vector<int64_t>& perm) {
+    std::vector<std::vector<int64_t>> rows(n, std::vector<int64_t>(cols));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < cols; ++c) rows[i][c] = perm[i * cols + c];
+    return rows;
+  };
+  auto slot_list = [&](const std::vector<int64_t>& perm) { return std::vector<int64_t>(perm.begin(), perm.begin() + n); };
+  Buf qsl_new = index_buf(prefix_sum(lens)), qsl = index_buf(prefix_sum(lens_old));
+  Buf slots_new = prm.verify ? index_buf2(slot_rows(perm_new), cols) : index_buf(slot_list(perm_new));
+  Buf slots = prm.verify ? index_buf2(slot_rows(perm_old), cols) : index_buf(slot_list(perm_old));
+  Buf nacc_new = index_buf(acc_new), nacc = index_buf(acc_old);
+  const int64_t T = prefix_sum(lens).back();
+  GdrIn in = make_gdr_in(r, T, H, HV, K, V, DType::kBFloat16, DType::kFloat32);
+  Buf pool = make_ssm_pool(prm.state, slots_n + 1, HV, K, V, StateLayout::kVK);
+  fill_normal(pool, r, 0.3);
+  Buf pool_cpu = pool, o_cpu(DType::kBFloat16, {T, HV, V}), o = o_cpu;
+  PROP_ASSERT_OK(run_gdr(Backend::kCPU, false, in, pool_cpu, StateLayout::kVK, qsl_new, slots_new,
+                         prm.verify ? &nacc_new : nullptr, nullptr, o_cpu));
+
+  DeviceBufs d;
+  for (Buf* b : {&in.q, &in.k, &in.v, &in.a, &in.b, &in.A_log, &in.dt_bias, &pool, &o, &qsl, &slots, &nacc, &qsl_new,
+                 &slots_new, &nacc_new})
+    ASSERT_EQ(cudaSuccess, d.upload(*b));
+  ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+  GatedDeltaRuleArgs a = gdr_args(in, pool, StateLayout::kVK, qsl, slots, prm.verify ? &nacc : nullptr, nullptr, o);
+  a.q = d.view(in.q); a.k = d.view(in.k); a.v = d.view(in.v); a.a = d.view(in.a); a.b = d.view(in.b);
+  a.A_log = d.view(in.A_log); a.dt_bias = d.view(in.dt_bias); a.ssm_state = d.view(pool); a.o = d.view(o);
+  a.query_start_loc = d.view(qsl); a.state_indices = d.view(slots);
+  if (prm.verify) a.num_accepted_tokens = d.view(nacc);
+  auto job = [&](Buf& dst, Buf& src) { return CopyJob{d.view(dst).data, d.view(src).data, buf_bytes(dst)}; };
+  Stream st;
+  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
+  {
+    std::optional<ScopedEnv> tma;
+    if (prm.tma_off) tma.emplace("GDN_CUDA_TMA", "0");
+    // A first call loads the op's kernels (lazy module loading would hold back the early start of
+    // the first launch of each); then the pool and o as before it.
+    PROP_ASSERT_OK(gdn::gated_delta_rule_recurrent(a, st.s));
+    ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
+    ASSERT_EQ(cudaSuccess, d.upload(pool));
+    ASSERT_EQ(cudaSuccess, d.upload(o));
+    ASSERT_EQ(cudaSuccess, launch_delayed_copy(job(qsl, qsl_new), job(slots, slots_new),
+                                               prm.verify ? job(nacc, nacc_new) : CopyJob{}, 2000000, st.s));
+    PROP_ASSERT_OK(gdn::gated_delta_rule_recurrent(a, st.s));
+  }
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
+  ASSERT_EQ(cudaSuccess, cudaGetLastError());
+  Buf o_got = o, pool_got = pool;
+  ASSERT_EQ(cudaSuccess, d.download(o, o_got));
+  ASSERT_EQ(cudaSuccess, d.download(pool, pool_got));
+  const int64_t no = o_cpu.numel();
+  EXPECT_LE(rel_l2(o_got, o_cpu, {{0, no}}, {{0, no}}), 1e-2) << "o: relative L2 error vs the CPU (new metadata)";
+  const double stol = prm.state == DType::kFloat32 ? 1e-5 : 1e-2;
+  for (int64_t s = 0; s < pool.rows(); ++s) expect_slot_close(pool_got, s, pool_cpu, s, stol, "ssm_state vs the CPU");
+}
+
+std::vector<MetaParam> meta_params() {
+  std::vector<MetaParam> v;
+  for (DType st : {DType::kFloat32, DType::kBFloat16})
+    for (int64_t n : {2, 8})
+      for (bool verify : {false, true}) {
+        v.push_back({st, n, verify, false});
+        if (st == DType::kFloat32 && n == 8) v.push_back({st, n, verify, true});
+      }
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaPdlMeta, ::testing::ValuesIn(meta_params()), meta_name);
+
+}  // namespace
+}  // namespace gdn::prop
+#endif  // GDN_WITH_CUDA
