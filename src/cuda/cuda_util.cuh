@@ -141,13 +141,14 @@ inline bool early_meta_enabled() { return env_equals("GDN_CUDA_EARLY_META", "1")
 struct Launch {
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[2] = {};
-  Launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream) {
+  // overlap = false: no programmatic overlap with the previous kernel for this launch.
+  Launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool overlap = true) {
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cfg.attrs = attr;
-    if (pdl_enabled()) {
+    if (overlap && pdl_enabled()) {
       attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
       ++cfg.numAttrs;

@@ -34,6 +34,13 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
+// Sequence-heads up to which the one-launch step is launched with programmatic overlap. H200,
+// bench/RESULTS.md step 85: overlap took 1-4% off at 16-96 sequence-heads, but cost 7-20% at
+// 128-144 (TP1 N = 4, TP4 N = 16, 27B N = 3: bf16 12.5 vs 10.8 us) and up to 11% above (27B bf16
+// N = 8); without it from 128 on.
+#ifndef GDN_STEP_PDL_HEADS
+#define GDN_STEP_PDL_HEADS 96
+#endif
 #ifndef GDN_STEP_W_SMEM
 #define GDN_STEP_W_SMEM 1
 #endif
@@ -209,7 +216,11 @@ std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, 
   const int per = static_cast<int>((2 * p.K + csize - 1) / csize);
   if (per + Tr::kRows > Tr::kThreads) return std::nullopt;
   auto kernel = fused_step_kernel<TAct, TS, KP, kDense>;
-  Launch launch(dim3(gx, static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq)), Tr::kThreads, 0, stream);
+  // programmatic overlap with the previous kernel up to GDN_STEP_PDL_HEADS sequence-heads
+  // (environment overrides; 0: never)
+  const bool overlap = nseq * p.HV <= env_int("GDN_STEP_PDL_HEADS", GDN_STEP_PDL_HEADS, 0, 1 << 30);
+  Launch launch(dim3(gx, static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq)), Tr::kThreads, 0, stream,
+                overlap);
   launch.cluster(gx, static_cast<unsigned>(p.r));
   if (csize > 8) {  // non-portable sizes: allowed on H100/H200, if such a cluster fits
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
