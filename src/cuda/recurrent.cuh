@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
       emit_token<TAct, TState, KP, R, EPL, G, kDense>(p, g, i, t, row, hv, row0, ln, mine, s);
     }
   } else {
-    run_tokens<TAct, TState, KP, kRows, kThreads, L, G, R, EPL, kDense, kTB>(p, g, i, tr, s, row0, lrow0, h, hv,
-                                                                                    A, dtb, tid, ln, s_stage);
+    run_tokens<TAct, TState, KP, kRows, kThreads, L, G, R, EPL, kDense, kTB>(p, g, i, tr, s, row0, lrow0, h, hv, A,
+                                                                             dtb, tid, ln, s_stage);
   }
   if (!g.spec)
 #pragma unroll

@@ -143,11 +143,12 @@ template <typename TAct, int KP>
 __device__ __forceinline__ TokenSrc<TAct> token_src(const RecurrentParams& p, int64_t row, int h, int hv,
                                                     int64_t v0) {
   TokenSrc<TAct> x;
+  // q_row / k_row's rule with the head stride KP (the pipelined kernels take dense K == KP only)
   x.q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
   x.k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
   x.v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + v0;
-  x.a = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
-  x.b = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+  x.a = to_float(gate_elem<TAct>(p, row, hv, 0));
+  x.b = to_float(gate_elem<TAct>(p, row, hv, 1));
   return x;
 }
 
