@@ -38,8 +38,6 @@ std::string meta_name(const ::testing::TestParamInfo<MetaParam>& i) {
 }
 class CudaPdlMeta : public ::testing::TestWithParam<MetaParam> {};
 
-size_t buf_bytes(const Buf& b) { return static_cast<size_t>(b.phys_elems()) * b.esize(); }
-
 TEST_P(CudaPdlMeta, MetadataWrittenByThePreviousKernel) {
   GRAPH_SKIP_WITHOUT_GPU();
   const MetaParam& prm = GetParam();
@@ -86,7 +84,7 @@ TEST_P(CudaPdlMeta, MetadataWrittenByThePreviousKernel) {
   a.A_log = d.view(in.A_log); a.dt_bias = d.view(in.dt_bias); a.ssm_state = d.view(pool); a.o = d.view(o);
   a.query_start_loc = d.view(qsl); a.state_indices = d.view(slots);
   if (prm.verify) a.num_accepted_tokens = d.view(nacc);
-  auto job = [&](Buf& dst, Buf& src) { return CopyJob{d.view(dst).data, d.view(src).data, buf_bytes(dst)}; };
+  auto job = [&](Buf& dst, Buf& src) { return CopyJob{d.view(dst).data, d.view(src).data, DeviceBufs::bytes(dst)}; };
   Stream st;
   ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
   {

@@ -52,6 +52,8 @@ class DeviceBufs {
     if (bytes(into) != e.bytes) return cudaErrorInvalidValue;
     return cudaMemcpy(into.data(), e.ptr, e.bytes, cudaMemcpyDeviceToHost);
   }
+  // A device twin's size: the host buffer's bytes including dim-0 stride gaps.
+  static size_t bytes(const Buf& b) { return static_cast<size_t>(b.phys_elems()) * b.esize(); }
   TensorView view(Buf& b) const {
     TensorView v = b.view();
     v.data = mem_.at(&b).ptr;
@@ -65,7 +67,6 @@ class DeviceBufs {
     void* ptr;
     size_t bytes;
   };
-  static size_t bytes(const Buf& b) { return static_cast<size_t>(b.phys_elems()) * b.esize(); }
   std::map<const Buf*, Entry> mem_;
   int device_ = 0;
 };
