@@ -76,7 +76,37 @@ struct FloatRef {
     if (dtype == 3) return static_cast<float>(static_cast<const double*>(ptr)[off]);
     return static_cast<const float*>(ptr)[off];
   }
+  // The element from its raw bits (low and high 32-bit words; rec_direct.cuh loads them).
+  __device__ __forceinline__ int bytes() const { return dtype == 3 ? 8 : dtype == 0 ? 4 : 2; }
+  __device__ __forceinline__ float from_bits(uint2 r) const {
+    if (dtype == 1) return __uint_as_float(r.x << 16);
+    if (dtype == 2) return __half2float(__ushort_as_half(static_cast<unsigned short>(r.x)));
+    if (dtype == 3) return static_cast<float>(__hiloint2double(static_cast<int>(r.y), static_cast<int>(r.x)));
+    return __uint_as_float(r.x);
+  }
 };
+// One predicated load of `bytes` (2 or 4; anything else: none, 0) without a branch, so that it
+// stays in flight until the word is used (a branch on a dtype makes the compiler wait for a
+// warp-uniform load right there: rec_tokens.cuh, gate words).
+__device__ __forceinline__ uint32_t load_word(const void* addr, int bytes) {
+  uint32_t r = 0u;
+  asm volatile(
+      "{\n\t.reg .pred p4, p2;\n\t"
+      "setp.eq.s32 p4, %1, 4;\n\t"
+      "setp.eq.s32 p2, %1, 2;\n\t"
+      "@p4 ld.global.u32 %0, [%2];\n\t"
+      "@p2 ld.global.u16 %0, [%2];\n\t}"
+      : "+r"(r)
+      : "r"(bytes), "l"(addr));
+  return r;
+}
+// Word w (0: low, 1: high; the high word only for float64) of element i of f, as load_word takes it.
+__device__ __forceinline__ uint32_t load_param_word(const FloatRef& f, int64_t i, int w) {
+  const int fb = f.bytes();
+  const bool use = w == 0 || fb == 8;
+  return load_word(static_cast<const char*>(f.ptr) + i * f.stride * fb + w * 4, use ? (fb == 2 ? 2 : 4) : 0);
+}
+
 inline FloatRef float_ref(const TensorView& v) {
   FloatRef r;
   r.ptr = v.data;

@@ -143,6 +143,7 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
   static_assert(EPL % 2 == 0, "whole 32-bit words per lane");
   __shared__ TokenStage<KP, kRows, GDN_REC_TB> s_stage;  // s_stage.x[0]: the one-token path's inputs
+  __shared__ uint32_t s_gw[4];                            // its gate words (load_tokens)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
   const int hv = blockIdx.y, h = hv / p.r;
   const int lrow0 = warp * Tr::kRowsPerWarp + lane / L;
@@ -163,15 +164,29 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
       for (int e = 0; e < NW; ++e) w[j][e] = 0u;
       if (load && row0 + j * G < p.V) move_words<TState, KP, NW, false>(p, si.read_slot, hv, row0 + j * G, ln, w[j]);
     }
-    if (si.pad) {
-      zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
-      return;
-    }
-    const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
     const int64_t row = global_row(g, tr.begin, g.limit);
-    stage_inputs<TAct, KP, kRows, kThreads>(p, row, h, hv, blockIdx.x * kRows, tid, s_stage.q[0], s_stage.k[0],
-                                            s_stage.v[0], s_stage.ab[0]);
-    __syncthreads();
+    float A, dtb;
+    if constexpr (GDN_REC_PRELOAD) {  // the token's inputs and the gate words beside the rows (rec_tokens.cuh)
+      const auto tok =
+          load_tokens<TAct, KP, kRows, kThreads, GDN_REC_TB>(p, g, tr, 0, 1, h, hv, blockIdx.x * kRows, tid, true);
+      if (si.pad) {
+        zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
+        return;
+      }
+      store_tokens<TAct, KP, kRows, kThreads, GDN_REC_TB>(tok, 1, tid, s_stage, s_gw);
+      __syncthreads();
+      staged_gates(p, s_gw, A, dtb);
+    } else {
+      if (si.pad) {
+        zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
+        return;
+      }
+      A = -expf(p.A_log(hv));
+      dtb = p.dt_bias(hv);
+      stage_inputs<TAct, KP, kRows, kThreads>(p, row, h, hv, blockIdx.x * kRows, tid, s_stage.q[0], s_stage.k[0],
+                                              s_stage.v[0], s_stage.ab[0]);
+      __syncthreads();
+    }
     const float mine = recur_token_packed<TState, L, G, R, EPL>(w, s_stage.q[0], s_stage.k[0], s_stage.v[0], lrow0,
                                                                 p.V - row0, s_stage.ab[0][0], s_stage.ab[0][1], A, dtb,
                                                                 p.scale, ln);
