@@ -76,7 +76,8 @@ struct FloatRef {
     if (dtype == 3) return static_cast<float>(static_cast<const double*>(ptr)[off]);
     return static_cast<const float*>(ptr)[off];
   }
-  // The element from its raw bits (low and high 32-bit words; rec_direct.cuh loads them).
+  // Its element size, and an element from its raw bits (low and high 32-bit words, as
+  // load_param_word below loads them).
   __device__ __forceinline__ int bytes() const { return dtype == 3 ? 8 : dtype == 0 ? 4 : 2; }
   __device__ __forceinline__ float from_bits(uint2 r) const {
     if (dtype == 1) return __uint_as_float(r.x << 16);

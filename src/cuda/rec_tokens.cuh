@@ -6,13 +6,6 @@
 
 namespace gdn::cuda {
 
-// The packed kernel's one-token path requests the token's inputs and the gate words right after
-// the state rows (1), or stages them after the padding check (0; bench/RESULTS.md step 88: the
-// register kernels' small- and mid-batch forms measured slower with it, so they stage as before).
-#ifndef GDN_REC_PRELOAD
-#define GDN_REC_PRELOAD 1
-#endif
-
 // Where the primitive op's inputs of one token (global row `row`) are: q and k of key head h, v of
 // row v0 + tid of value head hv, and gate input a (which = 0) or b (1) of value head hv.
 template <typename TAct>

@@ -165,28 +165,18 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
       if (load && row0 + j * G < p.V) move_words<TState, KP, NW, false>(p, si.read_slot, hv, row0 + j * G, ln, w[j]);
     }
     const int64_t row = global_row(g, tr.begin, g.limit);
-    float A, dtb;
-    if constexpr (GDN_REC_PRELOAD) {  // the token's inputs and the gate words beside the rows (rec_tokens.cuh)
-      const auto tok =
-          load_tokens<TAct, KP, kRows, kThreads, GDN_REC_TB>(p, g, tr, 0, 1, h, hv, blockIdx.x * kRows, tid, true);
-      if (si.pad) {
-        zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
-        return;
-      }
-      store_tokens<TAct, KP, kRows, kThreads, GDN_REC_TB>(tok, 1, tid, s_stage, s_gw);
-      __syncthreads();
-      staged_gates(p, s_gw, A, dtb);
-    } else {
-      if (si.pad) {
-        zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
-        return;
-      }
-      A = -expf(p.A_log(hv));
-      dtb = p.dt_bias(hv);
-      stage_inputs<TAct, KP, kRows, kThreads>(p, row, h, hv, blockIdx.x * kRows, tid, s_stage.q[0], s_stage.k[0],
-                                              s_stage.v[0], s_stage.ab[0]);
-      __syncthreads();
+    // The token's inputs and the gate words requested beside the rows (rec_tokens.cuh; one round
+    // trip instead of A_log, dt_bias, then the inputs: bench/RESULTS.md step 88).
+    const auto tok =
+        load_tokens<TAct, KP, kRows, kThreads, GDN_REC_TB>(p, g, tr, 0, 1, h, hv, blockIdx.x * kRows, tid, true);
+    if (si.pad) {
+      zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
+      return;
     }
+    store_tokens<TAct, KP, kRows, kThreads, GDN_REC_TB>(tok, 1, tid, s_stage, s_gw);
+    __syncthreads();
+    float A, dtb;
+    staged_gates(p, s_gw, A, dtb);
     const float mine = recur_token_packed<TState, L, G, R, EPL>(w, s_stage.q[0], s_stage.k[0], s_stage.v[0], lrow0,
                                                                 p.V - row0, s_stage.ab[0][0], s_stage.ab[0][1], A, dtb,
                                                                 p.scale, ln);
