@@ -68,6 +68,12 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
     if (off || p.kv_layout || !p.state_vec || p.K != KP) return std::nullopt;
     constexpr int64_t kMinSeqHeads = sizeof(TS) == 4 ? GDN_TMA_MIN_SEQHEADS_F32 : GDN_TMA_MIN_SEQHEADS_16;
     if (!force && !kFused && nseq * p.HV < kMinSeqHeads) return std::nullopt;
+    if constexpr (!kFused && sizeof(TS) == 4) {  // float32 verify in the register kernel's window
+      const int64_t sh = nseq * p.HV, tokens = p.group[0].limit + p.group[1].limit;
+      if (!force && tokens >= 2 * nseq && sh >= GDN_TMA_F32_VERIFY_REG_LO && sh < GDN_TMA_F32_VERIFY_REG_HI &&
+          !env_equals("GDN_TMA_F32_VERIFY_REG", "0"))
+        return std::nullopt;
+    }
     if constexpr (kFused) {
       // The fused step shares whole (sequence, key head) groups among its blocks: from
       // GDN_TMA_MIN_GROUPS_FUSED groups on (H200, bench/RESULTS.md step 42: faster than the cluster

@@ -34,6 +34,15 @@ namespace gdn::cuda {
 #ifndef GDN_TMA_MIN_SEQHEADS_F32
 #define GDN_TMA_MIN_SEQHEADS_F32 128
 #endif
+// Float32 verify batches (2 or more tokens per sequence on average) from GDN_TMA_F32_VERIFY_REG_LO up
+// to (not including) _HI sequence-heads stay on the register kernel, which measured 1.6-5% faster
+// there (bench/RESULTS.md steps 87 and 92); GDN_TMA_F32_VERIFY_REG=0 in the environment: off.
+#ifndef GDN_TMA_F32_VERIFY_REG_LO
+#define GDN_TMA_F32_VERIFY_REG_LO 512
+#endif
+#ifndef GDN_TMA_F32_VERIFY_REG_HI
+#define GDN_TMA_F32_VERIFY_REG_HI 4096
+#endif
 #ifndef GDN_TMA_MIN_SEQHEADS_16
 #define GDN_TMA_MIN_SEQHEADS_16 384
 #endif
