@@ -8,8 +8,9 @@
 //   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), N = 2
 //     (64 sequence-heads), N = 4 (128: the mid-batch form for 16-bit verify, short and long
 //     batches; the pipelined kernel for float32 on sm_90) and N = 12 (384: the pipelined kernel on sm_90, and again with
-//     GDN_CUDA_TMA=0: the register kernels), for each state dtype; and N = 16 (512) float32 decode (pipelined) and
-//     verify / long (float32 verify batches of 512-4095 sequence-heads stay on the register kernel): decode (non-spec, one token per
+//     GDN_CUDA_TMA=0: the register kernels), for each state dtype; and N = 16 (512) float32 decode
+//     (pipelined) and verify / long (float32 verify batches of 512-4095 sequence-heads stay on the
+//     register kernel): decode (non-spec, one token per
 //     sequence), short non-spec sequences of 1..3 tokens (one launch mixes one-token and longer
 //     sequences), verify (3 columns, 1..3 tokens per sequence, ragged accepted counts), verify with
 //     one column, "skewed" batches (2 tokens in every other sequence, none in the rest) and "long"
