@@ -78,6 +78,11 @@ struct RecurrentParams : StepParams {
   float scale = 1.f;
   bool early_meta = false;  // the register kernels read the metadata before pdl_start() (early_meta_enabled)
 };
+// The primitive op's tokens (both groups' local token bounds), and whether a batch of nseq sequences
+// has on average 2 or more of them per sequence (verify-like: the kernel choices of recurrent.cuh
+// and tma_launch.cuh).
+inline int64_t batch_tokens(const RecurrentParams& p) { return p.group[0].limit + p.group[1].limit; }
+inline bool multi_token(const RecurrentParams& p, int64_t nseq) { return batch_tokens(p) >= 2 * nseq; }
 
 struct ConvParams : StepParams {
   void* y = nullptr;  // [rows, D] (primitive only)

@@ -216,8 +216,7 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
                               0, 1 << 30);
     if (nseq * p.HV <= small) return run(F{}, Small{});
     if constexpr (sizeof(TS) == 2 && KP == 128) {  // GDN_REC_MID_BATCH in the environment: 0 turns it off
-      const int64_t tokens = p.group[0].limit + p.group[1].limit;
-      if (nseq * p.HV <= env_int("GDN_REC_MID_BATCH", GDN_REC_MID_BATCH, 0, 1 << 30) && tokens >= 2 * nseq)
+      if (nseq * p.HV <= env_int("GDN_REC_MID_BATCH", GDN_REC_MID_BATCH, 0, 1 << 30) && multi_token(p, nseq))
         return run(F{}, Mid{});
     }
     if constexpr (sizeof(TS) == 2) {

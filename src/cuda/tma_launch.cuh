@@ -69,8 +69,8 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
     constexpr int64_t kMinSeqHeads = sizeof(TS) == 4 ? GDN_TMA_MIN_SEQHEADS_F32 : GDN_TMA_MIN_SEQHEADS_16;
     if (!force && !kFused && nseq * p.HV < kMinSeqHeads) return std::nullopt;
     if constexpr (!kFused && sizeof(TS) == 4) {  // float32 verify in the register kernel's window
-      const int64_t sh = nseq * p.HV, tokens = p.group[0].limit + p.group[1].limit;
-      if (!force && tokens >= 2 * nseq && sh >= GDN_TMA_F32_VERIFY_REG_LO && sh < GDN_TMA_F32_VERIFY_REG_HI &&
+      const int64_t sh = nseq * p.HV;
+      if (!force && multi_token(p, nseq) && sh >= GDN_TMA_F32_VERIFY_REG_LO && sh < GDN_TMA_F32_VERIFY_REG_HI &&
           !env_equals("GDN_TMA_F32_VERIFY_REG", "0"))
         return std::nullopt;
     }
@@ -88,7 +88,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       return std::nullopt;
     }
     // tokens of the batch (fused: both groups index the same num_actual_tokens rows)
-    const int64_t rows = kFused ? p.src.num_actual_tokens : p.group[0].limit + p.group[1].limit;
+    const int64_t rows = kFused ? p.src.num_actual_tokens : batch_tokens(p);
     auto go = [&](auto tok_tag) -> std::optional<Status> {
       constexpr int kTok = decltype(tok_tag)::value;
       using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
