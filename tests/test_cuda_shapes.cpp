@@ -1,4 +1,6 @@
-// The CUDA recurrent op picks its kernel from the batch: on sm_90, batches of at least 128
+// The CUDA recurrent op picks its kernel from the batch: float32 one-token batches of 32-128 or
+// >= 512 sequence-heads with int32 metadata the lean kernel (recurrent_lean.cuh; ctest's "lean:" pass
+// runs every CUDA test with it wherever it can run); otherwise on sm_90, batches of at least 128
 // (float32 state) or 384 (16-bit) sequence-heads (dense "vk" state, K = 128) the pipelined kernel (recurrent_tma.cuh: 1 or 4 staged
 // tokens per item, later tokens from global memory); otherwise sequences x value heads <= 64
 // (GDN_REC_SMALL_BATCH_F32 / GDN_REC_SMALL_BATCH) the small-batch shape; 16-bit K = 128 batches up to
@@ -7,9 +9,9 @@
 // large-batch shape.
 //   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), N = 2
 //     (64 sequence-heads), N = 4 (128: the mid-batch form for 16-bit verify, short and long
-//     batches; the pipelined kernel for float32 on sm_90) and N = 12 (384: the pipelined kernel on sm_90, and again with
+//     batches; for float32 the lean kernel (decode, skewed) or the pipelined one on sm_90) and N = 12 (384: the pipelined kernel on sm_90, and again with
 //     GDN_CUDA_TMA=0: the register kernels), for each state dtype; and N = 16 (512) float32 decode
-//     (pipelined) and verify / long (float32 verify batches of 512-4095 sequence-heads stay on the
+//     (lean) and verify / long (float32 verify batches of 512-4095 sequence-heads stay on the
 //     register kernel): decode (non-spec, one token per
 //     sequence), short non-spec sequences of 1..3 tokens (one launch mixes one-token and longer
 //     sequences), verify (3 columns, 1..3 tokens per sequence, ragged accepted counts), verify with
@@ -97,7 +99,7 @@ std::vector<ShapeParam> shape_params() {
         v.push_back({st, n, m});
         if (n == 12) v.push_back({st, n, m, true});
       }
-  // float32 at 512 sequence-heads: decode on the pipelined kernel, verify batches (2 or more
+  // float32 at 512 sequence-heads: decode on the lean kernel, verify batches (2 or more
   // tokens per sequence) on the register kernel (GDN_TMA_F32_VERIFY_REG_LO)
   for (Mode m : {Mode::kDecode, Mode::kVerify, Mode::kLong}) v.push_back({DType::kFloat32, 16, m});
   return v;

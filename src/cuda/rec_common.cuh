@@ -201,26 +201,41 @@ template <> struct VecOf<4> { using type = uint32_t; };
 template <typename TState, int EPL>
 constexpr bool kHasVec = !std::is_void_v<typename VecOf<(EPL * sizeof(TState) < 16 ? EPL * sizeof(TState) : 16)>::type>;
 
+// A lane's EPL contiguous state elements (EPL * sizeof(TState) bytes, in aligned vectors of at most
+// 16 bytes) in and out.
+template <typename TState, int EPL>
+__device__ __forceinline__ void load_vec(const TState* src, float (&s)[EPL]) {
+  constexpr int kBytes = EPL * sizeof(TState), kChunk = kBytes < 16 ? kBytes : 16, kPer = kChunk / sizeof(TState);
+  using Vec = typename VecOf<kChunk>::type;
+#pragma unroll
+  for (int c = 0; c < kBytes / kChunk; ++c) {
+    const Vec u = ld_state(reinterpret_cast<const Vec*>(src) + c);
+    const TState* e = reinterpret_cast<const TState*>(&u);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) s[c * kPer + j] = to_float(e[j]);
+  }
+}
+template <typename TState, int EPL>
+__device__ __forceinline__ void store_vec(TState* dst, const float (&s)[EPL]) {
+  constexpr int kBytes = EPL * sizeof(TState), kChunk = kBytes < 16 ? kBytes : 16, kPer = kChunk / sizeof(TState);
+  using Vec = typename VecOf<kChunk>::type;
+#pragma unroll
+  for (int c = 0; c < kBytes / kChunk; ++c) {
+    Vec u;
+    TState* e = reinterpret_cast<TState*>(&u);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) e[j] = from_float<TState>(s[c * kPer + j]);
+    st_state(reinterpret_cast<Vec*>(dst) + c, u);
+  }
+}
+
 template <typename TState, int KP, int EPL, bool kDense>
 __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
                                          float (&s)[EPL]) {
   const TState* base = static_cast<const TState*>(p.state) + slot * p.state_slot_stride +
                        static_cast<int64_t>(hv) * p.V * p.K;
-  constexpr int kBytes = EPL * sizeof(TState);
-  constexpr int kChunk = kBytes < 16 ? kBytes : 16;
-  using Vec = typename VecOf<kChunk>::type;
-  if constexpr (kDense && !std::is_void_v<Vec>) {
-    {
-      const Vec* src = reinterpret_cast<const Vec*>(base + dense_elem<KP>(vi, ln * EPL));
-      constexpr int kPer = kChunk / sizeof(TState);
-#pragma unroll
-      for (int c = 0; c < kBytes / kChunk; ++c) {
-        Vec u = ld_state(src + c);
-        const TState* e = reinterpret_cast<const TState*>(&u);
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) s[c * kPer + j] = to_float(e[j]);
-      }
-    }
+  if constexpr (kDense && kHasVec<TState, EPL>) {
+    load_vec<TState, EPL>(base + dense_elem<KP>(vi, ln * EPL), s);
   } else {
 #pragma unroll
     for (int j = 0; j < EPL; ++j) {
@@ -234,22 +249,8 @@ template <typename TState, int KP, int EPL, bool kDense>
 __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
                                           const float (&s)[EPL]) {
   TState* base = static_cast<TState*>(p.state) + slot * p.state_slot_stride + static_cast<int64_t>(hv) * p.V * p.K;
-  constexpr int kBytes = EPL * sizeof(TState);
-  constexpr int kChunk = kBytes < 16 ? kBytes : 16;
-  using Vec = typename VecOf<kChunk>::type;
-  if constexpr (kDense && !std::is_void_v<Vec>) {
-    {
-      Vec* dst = reinterpret_cast<Vec*>(base + dense_elem<KP>(vi, ln * EPL));
-      constexpr int kPer = kChunk / sizeof(TState);
-#pragma unroll
-      for (int c = 0; c < kBytes / kChunk; ++c) {
-        Vec u;
-        TState* e = reinterpret_cast<TState*>(&u);
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) e[j] = from_float<TState>(s[c * kPer + j]);
-        st_state(dst + c, u);
-      }
-    }
+  if constexpr (kDense && kHasVec<TState, EPL>) {
+    store_vec<TState, EPL>(base + dense_elem<KP>(vi, ln * EPL), s);
   } else {
 #pragma unroll
     for (int j = 0; j < EPL; ++j) {

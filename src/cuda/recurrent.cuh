@@ -15,6 +15,7 @@
 #include "cuda/fused_step.cuh"
 #include "cuda/rec_common.cuh"
 #include "cuda/recurrent.h"
+#include "cuda/recurrent_lean.cuh"
 #include "cuda/recurrent_packed.cuh"
 #include "cuda/tma_launch.cuh"
 
@@ -207,10 +208,13 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     using Large = std::integral_constant<int, kFormLarge>;
     using Small = std::integral_constant<int, kFormSmall>;
     using Mid = std::integral_constant<int, kFormMid>;
-    // gdn_attention: the fused forms. The primitive op: the pipelined sm_90 kernel where it applies
-    // (recurrent_tma.cuh: large batches of dense K = 128 state), else the small-batch shape, the
-    // mid-batch verify form, the packed kernel, or the large-batch shape.
+    // gdn_attention: the fused forms. The primitive op: float32 one-token batches through the lean
+    // kernel where it applies and measured faster (recurrent_lean.cuh), else the pipelined sm_90
+    // kernel where it applies (recurrent_tma.cuh: large batches of dense K = 128 state), else the
+    // small-batch shape, the mid-batch verify form, the packed kernel, or the large-batch shape.
     if (fused) return run(T{}, Large{});
+    if constexpr (KP == 128 && sizeof(TS) == 4)
+      if (std::optional<Status> st = launch_lean<TAct, TS>(p, nseq, stream)) return *st;
     if (std::optional<Status> st = launch_tma<TAct, TS, KP, false>(p, nseq, stream)) return *st;
     const int small = env_int("GDN_REC_SMALL_BATCH", sizeof(TS) == 4 ? GDN_REC_SMALL_BATCH_F32 : GDN_REC_SMALL_BATCH,
                               0, 1 << 30);

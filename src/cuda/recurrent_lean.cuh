@@ -1,0 +1,158 @@
+// src/cuda/recurrent_lean.cuh — the primitive recurrence for the serving engines' common decode
+// batch, with nothing else in its instruction stream: float32 state, non-spec sequences only, int32
+// query_start_loc and state indices, no token remap, dense "vk" state of K = 128, V a multiple of 8,
+// 16-byte aligned q / k rows. recurrent_kernel handles every batch; this kernel runs the same
+// recurrence (rec_common.cuh's prep_regs and recur_rows) for the batches it takes.
+//   grid  = (V / 8, HV, sequences of both groups), block = one warp owning 8 rows of one
+//           (sequence, value head): GDN_REC_LEAN_LANES lanes per row (32: every lane holds 4
+//           elements of each of the 8 rows, FLA's layout), GDN_REC_LEAN_MB resident blocks per SM.
+// Each lane loads its own elements of q and k (vectors), the v values of its rows and a, b
+// straight into registers: no shared memory, no barrier, no dtype or index-width branches.
+// bench/RESULTS.md step 93: recurrent_kernel executed 1 071 instructions per warp against FLA's 631
+// on the same launch shape; 32 lanes per row at 20 blocks per SM (96 registers, no spills) measured
+// 4-7% faster than the default kernels on one-token batches of 32-128 and >= 512 sequence-heads.
+#pragma once
+#include <optional>
+
+#include "cuda/rec_common.cuh"
+
+namespace gdn::cuda {
+
+// Where the plain recurrence takes this kernel by default: float32 state, at most one token per
+// sequence on average, and GDN_REC_LEAN_MIN <= sequences x value heads <= GDN_REC_LEAN_MID_LO or
+// >= GDN_REC_LEAN_MID_HI (between them the pipelined kernel measured faster; H200, step 93).
+// GDN_REC_LEAN in the environment: 0 never, 1 wherever it can run (tests, A/B); GDN_CUDA_TMA=1
+// without GDN_REC_LEAN=1: never (the pipelined kernel's test pass).
+#ifndef GDN_REC_LEAN_MIN
+#define GDN_REC_LEAN_MIN 32
+#endif
+#ifndef GDN_REC_LEAN_MID_LO
+#define GDN_REC_LEAN_MID_LO 128
+#endif
+#ifndef GDN_REC_LEAN_MID_HI
+#define GDN_REC_LEAN_MID_HI 512
+#endif
+#ifndef GDN_REC_LEAN_LANES
+#define GDN_REC_LEAN_LANES 32
+#endif
+#ifndef GDN_REC_LEAN_MB
+#define GDN_REC_LEAN_MB 20
+#endif
+
+struct LeanTraits {
+  static constexpr int kLanes = GDN_REC_LEAN_LANES, kGroups = 32 / kLanes, kRows = 8;
+  static constexpr int kRowsPerLane = kRows / kGroups;
+  static constexpr int kEPL = 128 / kLanes;  // K = 128
+  static_assert(kLanes == 16 || kLanes == 32, "16 or 32 lanes per row");
+};
+
+// N consecutive activations from an aligned address (N * sizeof(TAct) bytes: 8, 16 or 32), as floats.
+template <typename TAct, int N>
+__device__ __forceinline__ void load_act(const TAct* src, float (&x)[N]) {
+  constexpr int kBytes = N * sizeof(TAct), kChunk = kBytes < 16 ? kBytes : 16;
+  using Vec = typename VecOf<kChunk>::type;
+  constexpr int kPer = kChunk / sizeof(TAct);
+#pragma unroll
+  for (int c = 0; c < kBytes / kChunk; ++c) {
+    const Vec u = __ldg(reinterpret_cast<const Vec*>(src) + c);
+    const TAct* e = reinterpret_cast<const TAct*>(&u);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) x[c * kPer + j] = to_float(e[j]);
+  }
+}
+
+template <typename TAct, typename TState>
+__global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
+  using Tr = LeanTraits;
+  constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane;
+  constexpr int EPL = Tr::kEPL, KP = L * EPL;
+  const int lane = threadIdx.x, ln = lane % L;
+  const int hv = blockIdx.y, h = hv / p.r;
+  const int v0 = blockIdx.x * Tr::kRows;  // the block's first row
+  const int row0 = v0 + lane / L;         // this lane group's row j: row0 + j G
+  const SeqRef sq = seq_ref(p, blockIdx.z);
+  const GroupMeta& g = p.group[sq.gi];
+  const int64_t i = sq.i;
+  auto meta = [&](int32_t& lo, int32_t& hi, int32_t& slot, bool& init) {
+    const int32_t* qsl = static_cast<const int32_t*>(g.qsl.ptr);
+    lo = qsl[i * g.qsl.row_stride];
+    hi = qsl[(i + 1) * g.qsl.row_stride];
+    slot = static_cast<const int32_t*>(g.slots.ptr)[i * g.slots.row_stride];
+    init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
+  };
+  int32_t lo, hi, slot;
+  bool init;
+  if (p.early_meta) {  // as start_seq (rec_common.cuh)
+    meta(lo, hi, slot, init);
+    pdl_start();
+  } else {
+    pdl_start();
+    meta(lo, hi, slot, init);
+  }
+  const rules::TokenRange tr = rules::token_range(lo, hi, g.limit);
+  if (tr.len == 0) return;
+  const bool pad = !rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id);
+
+  // this lane's elements of row j of the state: sp + j G K
+  TState* const sp = static_cast<TState*>(p.state) + static_cast<int64_t>(slot) * p.state_slot_stride +
+                     (static_cast<int64_t>(hv) * p.V + row0) * KP + ln * EPL;
+  float s[R][EPL];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
+    if (!pad && init) load_vec<TState, EPL>(sp + j * G * KP, s[j]);
+  }
+  if (pad) {
+    zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
+    return;
+  }
+  // A_log's and dt_bias's words (branch-free loads, in flight beside the state)
+  const uint32_t aw0 = load_param_word(p.A_log, hv, 0), aw1 = load_param_word(p.A_log, hv, 1);
+  const uint32_t dw0 = load_param_word(p.dt_bias, hv, 0), dw1 = load_param_word(p.dt_bias, hv, 1);
+  const float A = -expf(p.A_log.from_bits(make_uint2(aw0, aw1))), dtb = p.dt_bias.from_bits(make_uint2(dw0, dw1));
+  const int qo = h * KP + ln * EPL, vo = hv * p.V + row0, oo = vo + ln * G;  // offsets within a token's row
+  for (int t = 0; t < static_cast<int>(tr.len); ++t) {
+    const int64_t row = tr.begin + t;
+    float qr[EPL], kr[EPL], vr[R];
+    load_act<TAct, EPL>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
+    load_act<TAct, EPL>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
+    const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + vo;
+#pragma unroll
+    for (int j = 0; j < R; ++j) vr[j] = to_float(v[j * G]);
+    const float av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
+    const float bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+    const TokenGates tg = prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr);
+    const float mine = recur_rows<L, G, R, EPL>(s, kr, qr, tg, [&](int j) { return vr[j]; }, ln);
+    if (ln < R) static_cast<TAct*>(p.o)[row * p.o_rs + oo] = from_float<TAct>(mine);
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) store_vec<TState, EPL>(sp + j * G * KP, s[j]);
+}
+
+// Whether the lean kernel can take the batch: see the file's head.
+template <typename TAct, typename TS>
+bool lean_applies(const RecurrentParams& p) {
+  if (sizeof(TS) != 4 || p.K != 128 || p.kv_layout || !p.state_vec || p.V % LeanTraits::kRows != 0) return false;
+  if (!aligned16(p.src.q, p.src.q_rs, sizeof(TAct)) || !aligned16(p.src.k, p.src.k_rs, sizeof(TAct))) return false;
+  for (const GroupMeta& g : p.group)
+    if (g.n > 0 && (g.spec || g.token_indx.ptr != nullptr || g.qsl.is64 || g.slots.is64)) return false;
+  return true;
+}
+
+// The lean kernel where it applies and (unless GDN_REC_LEAN=1) where it measured the faster choice;
+// nullopt: not launched.
+template <typename TAct, typename TS>
+std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
+  if (nseq == 0 || env_equals("GDN_REC_LEAN", "0") || !lean_applies<TAct, TS>(p)) return std::nullopt;
+  const int64_t sh = nseq * p.HV;
+  // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
+  const bool chosen = batch_tokens(p) <= nseq && sh >= GDN_REC_LEAN_MIN &&
+                      (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI) && !env_equals("GDN_CUDA_TMA", "1");
+  if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;
+  const dim3 grid(static_cast<unsigned>(p.V / LeanTraits::kRows), static_cast<unsigned>(p.HV),
+                  static_cast<unsigned>(nseq));
+  return Launch(grid, 32, 0, stream)(recurrent_lean_kernel<TAct, TS>, p);
+}
+
+}  // namespace gdn::cuda
