@@ -9,8 +9,9 @@
 // Each lane loads its own elements of q and k (vectors), the v values of its rows and a, b
 // straight into registers: no shared memory, no barrier, no dtype or index-width branches.
 // bench/RESULTS.md step 93: recurrent_kernel executed 1 071 instructions per warp against FLA's 631
-// on the same launch shape; 32 lanes per row at 20 blocks per SM (96 registers, no spills) measured
-// 4-7% faster than the default kernels on one-token batches of 32-128 and >= 512 sequence-heads.
+// on the same launch shape; this kernel with 32 lanes per row, the rows' sums as reduce-scatters and
+// at most 20 blocks per SM (90 registers, no spills) measured 4-19% faster than the earlier choices
+// on one-token batches of 32-128 and >= 512 sequence-heads.
 #pragma once
 #include <optional>
 
@@ -37,6 +38,10 @@ namespace gdn::cuda {
 #endif
 #ifndef GDN_REC_LEAN_MB
 #define GDN_REC_LEAN_MB 20
+#endif
+// 1: the rows' sums as reduce-scatters (rec_common.cuh, rows_sum / pick_row): 0 to -1.9% (step 93)
+#ifndef GDN_REC_LEAN_SCATTER
+#define GDN_REC_LEAN_SCATTER 1
 #endif
 
 struct LeanTraits {
@@ -123,7 +128,7 @@ __global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(con
     const float av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
     const float bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
     const TokenGates tg = prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr);
-    const float mine = recur_rows<L, G, R, EPL>(s, kr, qr, tg, [&](int j) { return vr[j]; }, ln);
+    const float mine = recur_rows<L, G, R, EPL, GDN_REC_LEAN_SCATTER>(s, kr, qr, tg, [&](int j) { return vr[j]; }, ln);
     if (ln < R) static_cast<TAct*>(p.o)[row * p.o_rs + oo] = from_float<TAct>(mine);
   }
 #pragma unroll
