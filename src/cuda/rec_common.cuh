@@ -202,14 +202,18 @@ template <typename TState, int EPL>
 constexpr bool kHasVec = !std::is_void_v<typename VecOf<(EPL * sizeof(TState) < 16 ? EPL * sizeof(TState) : 16)>::type>;
 
 // A lane's EPL contiguous state elements (EPL * sizeof(TState) bytes, in aligned vectors of at most
-// 16 bytes) in and out.
-template <typename TState, int EPL>
+// 16 bytes) in and out; kState = false: read-only inputs (activations, __ldg) instead of the state's
+// streaming hints.
+template <typename TState, int EPL, bool kState = true>
 __device__ __forceinline__ void load_vec(const TState* src, float (&s)[EPL]) {
   constexpr int kBytes = EPL * sizeof(TState), kChunk = kBytes < 16 ? kBytes : 16, kPer = kChunk / sizeof(TState);
   using Vec = typename VecOf<kChunk>::type;
 #pragma unroll
   for (int c = 0; c < kBytes / kChunk; ++c) {
-    const Vec u = ld_state(reinterpret_cast<const Vec*>(src) + c);
+    const Vec* v = reinterpret_cast<const Vec*>(src) + c;
+    Vec u;
+    if constexpr (kState) u = ld_state(v);
+    else u = __ldg(v);
     const TState* e = reinterpret_cast<const TState*>(&u);
 #pragma unroll
     for (int j = 0; j < kPer; ++j) s[c * kPer + j] = to_float(e[j]);

@@ -51,21 +51,6 @@ struct LeanTraits {
   static_assert(kLanes == 16 || kLanes == 32, "16 or 32 lanes per row");
 };
 
-// N consecutive activations from an aligned address (N * sizeof(TAct) bytes: 8, 16 or 32), as floats.
-template <typename TAct, int N>
-__device__ __forceinline__ void load_act(const TAct* src, float (&x)[N]) {
-  constexpr int kBytes = N * sizeof(TAct), kChunk = kBytes < 16 ? kBytes : 16;
-  using Vec = typename VecOf<kChunk>::type;
-  constexpr int kPer = kChunk / sizeof(TAct);
-#pragma unroll
-  for (int c = 0; c < kBytes / kChunk; ++c) {
-    const Vec u = __ldg(reinterpret_cast<const Vec*>(src) + c);
-    const TAct* e = reinterpret_cast<const TAct*>(&u);
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) x[c * kPer + j] = to_float(e[j]);
-  }
-}
-
 template <typename TAct, typename TState>
 __global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
   using Tr = LeanTraits;
@@ -120,8 +105,8 @@ __global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(con
   for (int t = 0; t < static_cast<int>(tr.len); ++t) {
     const int64_t row = tr.begin + t;
     float qr[EPL], kr[EPL], vr[R];
-    load_act<TAct, EPL>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
-    load_act<TAct, EPL>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
+    load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
+    load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
     const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + vo;
 #pragma unroll
     for (int j = 0; j < R; ++j) vr[j] = to_float(v[j * G]);
