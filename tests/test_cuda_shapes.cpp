@@ -16,7 +16,9 @@
 //     sequence), short non-spec sequences of 1..3 tokens (one launch mixes one-token and longer
 //     sequences), verify (3 columns, 1..3 tokens per sequence, ragged accepted counts), verify with
 //     one column, "skewed" batches (2 tokens in every other sequence, none in the rest) and "long"
-//     ones (7 and 1 tokens alternating: tokens past the 4 staged ones); outputs and every state slot
+//     ones (7 and 1 tokens alternating: tokens past the 4 staged ones), and "padded" one-token
+//     batches (float32 at N = 4, 12, 16, bf16 at N = 12: every fourth sequence on the null slot,
+//     one with zero tokens, one of 2 tokens without an initial state); outputs and every state slot
 //     against the CPU backend. (ctest also runs every CUDA test with GDN_CUDA_TMA=1, so N = 2 and
 //     the golden and property tests reach the pipelined kernel too.)
 // Tolerances: same float32 math in another summation order; outputs are bf16: rel L2 1e-2; states
@@ -29,7 +31,7 @@
 namespace gdn::prop {
 namespace {
 
-enum class Mode { kDecode, kShort, kVerify, kVerify1, kSkewed, kLong };
+enum class Mode { kDecode, kShort, kVerify, kVerify1, kSkewed, kLong, kPadded };
 struct ShapeParam {
   DType state;
   int64_t n;
@@ -43,6 +45,7 @@ std::string shape_name(const ::testing::TestParamInfo<ShapeParam>& i) {
           : i.param.mode == Mode::kSkewed  ? "_skewed"
           : i.param.mode == Mode::kShort   ? "_short"
           : i.param.mode == Mode::kLong    ? "_long"
+          : i.param.mode == Mode::kPadded  ? "_padded"
                                            : "_decode") +
          (i.param.tma_off ? "_tmaoff" : "");
 }
@@ -61,6 +64,7 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
     if (prm.mode == Mode::kShort || prm.mode == Mode::kVerify) lens[i] = r.randint(1, 3);
     if (prm.mode == Mode::kSkewed) lens[i] = i % 2 == 0 ? 2 : 0;  // as many tokens as sequences
     if (prm.mode == Mode::kLong) lens[i] = i % 2 == 0 ? 7 : 1;    // 4 tokens per sequence on average
+    if (prm.mode == Mode::kPadded) lens[i] = i % 4 == 1 ? 0 : i % 4 == 2 ? 2 : 1;  // one token on average
   }
   for (int64_t s = 0; s < n * cols; ++s) slot_ids[s] = s;
   for (int64_t s = n * cols - 1; s > 0; --s) std::swap(slot_ids[s], slot_ids[r.randint(0, s)]);
@@ -71,6 +75,19 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
   Buf qsl = index_buf(qsl_v);
   Buf slots = verify ? index_buf2(rows, cols) : index_buf(slot_ids);
   Buf nacc = index_buf(acc);
+  // kPadded: sequence i % 4 == 3 on the null slot (padding: o zeros, no state touched), i % 4 == 2
+  // (two tokens) without an initial state, i % 4 == 1 of zero tokens (its slot untouched)
+  const bool padded = prm.mode == Mode::kPadded;
+  const int64_t null_id = n * cols;  // the pool's last slot, which no sequence owns
+  std::vector<bool> init_v(n, true);
+  for (int64_t i = 0; i < n && padded; ++i) {
+    if (i % 4 == 3) slot_ids[i] = null_id;
+    init_v[i] = i % 4 != 2;
+  }
+  Buf has_init = bool_buf(init_v);
+  if (padded) slots = index_buf(slot_ids);
+  Buf* init_ptr = padded ? &has_init : nullptr;
+  const std::optional<int64_t> null_opt = padded ? std::optional<int64_t>(null_id) : std::nullopt;
   GdrIn in = make_gdr_in(r, qsl_v.back(), H, HV, K, V, DType::kBFloat16, DType::kFloat32);
   Buf pool = make_ssm_pool(prm.state, n * cols + 1, HV, K, V, StateLayout::kVK);
   fill_normal(pool, r, 0.3);
@@ -78,11 +95,13 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
   SCOPED_TRACE(::testing::Message() << "state " << dtype_short(prm.state) << ", N " << n << ", "
                                     << shape_name({prm, 0}));
   Buf* nacc_ptr = verify ? &nacc : nullptr;
-  PROP_ASSERT_OK(run_gdr(Backend::kCPU, false, in, pool_cpu, StateLayout::kVK, qsl, slots, nacc_ptr, nullptr, o_cpu));
+  PROP_ASSERT_OK(
+      run_gdr(Backend::kCPU, false, in, pool_cpu, StateLayout::kVK, qsl, slots, nacc_ptr, init_ptr, o_cpu, null_opt));
   {
     std::optional<ScopedEnv> tma;
     if (prm.tma_off) tma.emplace("GDN_CUDA_TMA", "0");
-    PROP_ASSERT_OK(run_gdr(Backend::kCUDA, false, in, pool, StateLayout::kVK, qsl, slots, nacc_ptr, nullptr, o_gpu));
+    PROP_ASSERT_OK(
+        run_gdr(Backend::kCUDA, false, in, pool, StateLayout::kVK, qsl, slots, nacc_ptr, init_ptr, o_gpu, null_opt));
   }
   const double tol = 1e-2;  // the outputs are bf16 in every case
   const int64_t no = o_cpu.numel();
@@ -102,6 +121,10 @@ std::vector<ShapeParam> shape_params() {
   // float32 at 512 sequence-heads: decode on the lean kernel, verify batches (2 or more
   // tokens per sequence) on the register kernel (GDN_TMA_F32_VERIFY_REG_LO)
   for (Mode m : {Mode::kDecode, Mode::kVerify, Mode::kLong}) v.push_back({DType::kFloat32, 16, m});
+  // padding, zero-token and no-initial-state sequences in one-token batches: float32 at 128 and 512
+  // sequence-heads (the lean kernel by default), 384 (the pipelined kernel), and bf16 at 384
+  for (int64_t n : {4, 12, 16}) v.push_back({DType::kFloat32, n, Mode::kPadded});
+  v.push_back({DType::kBFloat16, 12, Mode::kPadded});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaShapes, ::testing::ValuesIn(shape_params()), shape_name);
