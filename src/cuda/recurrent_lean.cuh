@@ -33,8 +33,9 @@ namespace gdn::cuda {
 #ifndef GDN_REC_LEAN_MID_HI
 #define GDN_REC_LEAN_MID_HI 512
 #endif
-// Verify batches (every sequence a verify one, 2 or more tokens per sequence on average) of
-// GDN_REC_LEAN_VERIFY_LO <= sequences x value heads < _HI (the step-92 window; to be measured).
+// Float32 verify batches (every sequence a verify one, 2 or more tokens per sequence on average) of
+// GDN_REC_LEAN_VERIFY_LO <= sequences x value heads < _HI (the step-92 window; to be measured;
+// GDN_REC_LEAN_VERIFY=0 in the environment: never by default).
 #ifndef GDN_REC_LEAN_VERIFY_LO
 #define GDN_REC_LEAN_VERIFY_LO 512
 #endif
@@ -52,8 +53,28 @@ namespace gdn::cuda {
 #define GDN_REC_LEAN_SCATTER 1
 #endif
 
+// 16-bit state (one-token batches of GDN_REC_LEAN_16_MIN..MAX sequence-heads; GDN_REC_LEAN_16=0 in
+// the environment: never by default): 16 lanes per row, 32 blocks per SM, plain sums — the shape
+// measured in bench/RESULTS.md step 93 (b) (−5 to −12% at 32–128 sequence-heads, +8 to +20% from 192).
+#ifndef GDN_REC_LEAN_16_MIN
+#define GDN_REC_LEAN_16_MIN 32
+#endif
+#ifndef GDN_REC_LEAN_16_MAX
+#define GDN_REC_LEAN_16_MAX 128
+#endif
+#ifndef GDN_REC_LEAN_LANES_16
+#define GDN_REC_LEAN_LANES_16 16
+#endif
+#ifndef GDN_REC_LEAN_MB_16
+#define GDN_REC_LEAN_MB_16 32
+#endif
+
+template <typename TState>
 struct LeanTraits {
-  static constexpr int kLanes = GDN_REC_LEAN_LANES, kGroups = 32 / kLanes, kRows = 8;
+  static constexpr bool kWide = sizeof(TState) == 4;
+  static constexpr int kLanes = kWide ? GDN_REC_LEAN_LANES : GDN_REC_LEAN_LANES_16, kGroups = 32 / kLanes, kRows = 8;
+  static constexpr int kMinBlocks = kWide ? GDN_REC_LEAN_MB : GDN_REC_LEAN_MB_16;
+  static constexpr bool kScatter = kWide && GDN_REC_LEAN_SCATTER;
   static constexpr int kRowsPerLane = kRows / kGroups;
   static constexpr int kEPL = 128 / kLanes;  // K = 128
   static_assert(kLanes == 16 || kLanes == 32, "16 or 32 lanes per row");
@@ -64,8 +85,9 @@ struct LeanTraits {
 // columns below kLeanCols come with the metadata, later ones are loaded when used).
 constexpr int kLeanCols = 4;
 template <typename TAct, typename TState, bool kSpec = false>
-__global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
-  using Tr = LeanTraits;
+__global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocks)
+    recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
+  using Tr = LeanTraits<TState>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane;
   constexpr int EPL = Tr::kEPL, KP = L * EPL;
   const int lane = threadIdx.x, ln = lane % L;
@@ -144,7 +166,7 @@ __global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(con
     const float av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
     const float bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
     const TokenGates tg = prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr);
-    const float mine = recur_rows<L, G, R, EPL, GDN_REC_LEAN_SCATTER>(s, kr, qr, tg, [&](int j) { return vr[j]; }, ln);
+    const float mine = recur_rows<L, G, R, EPL, Tr::kScatter>(s, kr, qr, tg, [&](int j) { return vr[j]; }, ln);
     if (ln < R) static_cast<TAct*>(p.o)[row * p.o_rs + oo] = from_float<TAct>(mine);
     if constexpr (kSpec) {
       if (t < g.cols) {
@@ -167,7 +189,7 @@ __global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(con
 // verify one): see the file's head.
 template <typename TAct, typename TS>
 bool lean_applies(const RecurrentParams& p, bool spec) {
-  if (sizeof(TS) != 4 || p.K != 128 || p.kv_layout || !p.state_vec || p.V % LeanTraits::kRows != 0) return false;
+  if (p.K != 128 || p.kv_layout || !p.state_vec || p.V % LeanTraits<TS>::kRows != 0) return false;
   if (!aligned16(p.src.q, p.src.q_rs, sizeof(TAct)) || !aligned16(p.src.k, p.src.k_rs, sizeof(TAct))) return false;
   for (const GroupMeta& g : p.group)
     if (g.n > 0 && (g.spec != spec || g.token_indx.ptr != nullptr || g.qsl.is64 || g.slots.is64 ||
@@ -185,13 +207,18 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
   if (!lean_applies<TAct, TS>(p, spec)) return std::nullopt;
   const int64_t sh = nseq * p.HV;
   // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
-  const bool chosen =
-      !env_equals("GDN_CUDA_TMA", "1") &&
-      (spec ? multi_token(p, nseq) && sh >= GDN_REC_LEAN_VERIFY_LO && sh < GDN_REC_LEAN_VERIFY_HI
-            : batch_tokens(p) <= nseq && sh >= GDN_REC_LEAN_MIN &&
-                  (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI));
+  bool chosen;
+  if constexpr (sizeof(TS) == 4)
+    chosen = spec ? multi_token(p, nseq) && sh >= GDN_REC_LEAN_VERIFY_LO && sh < GDN_REC_LEAN_VERIFY_HI &&
+                        !env_equals("GDN_REC_LEAN_VERIFY", "0")
+                  : batch_tokens(p) <= nseq && sh >= GDN_REC_LEAN_MIN &&
+                        (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI);
+  else
+    chosen = !spec && batch_tokens(p) <= nseq && sh >= GDN_REC_LEAN_16_MIN && sh <= GDN_REC_LEAN_16_MAX &&
+             !env_equals("GDN_REC_LEAN_16", "0");
+  chosen = chosen && !env_equals("GDN_CUDA_TMA", "1");
   if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;
-  const dim3 grid(static_cast<unsigned>(p.V / LeanTraits::kRows), static_cast<unsigned>(p.HV),
+  const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
                   static_cast<unsigned>(nseq));
   return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true> : recurrent_lean_kernel<TAct, TS, false>,
                                      p);
