@@ -123,7 +123,8 @@ __global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(con
 // Whether the lean kernel can take the batch: see the file's head.
 template <typename TAct, typename TS>
 bool lean_applies(const RecurrentParams& p) {
-  if (sizeof(TS) != 4 || p.K != 128 || p.kv_layout || !p.state_vec || p.V % LeanTraits::kRows != 0) return false;
+  static_assert(sizeof(TS) == 4, "float32 state only (recurrent.cuh launches it for no other)");
+  if (p.K != 128 || p.kv_layout || !p.state_vec || p.V % LeanTraits::kRows != 0) return false;
   if (!aligned16(p.src.q, p.src.q_rs, sizeof(TAct)) || !aligned16(p.src.k, p.src.k_rs, sizeof(TAct))) return false;
   for (const GroupMeta& g : p.group)
     if (g.n > 0 && (g.spec || g.token_indx.ptr != nullptr || g.qsl.is64 || g.slots.is64)) return false;
