@@ -71,13 +71,6 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
   }
   for (int64_t s = 0; s < n * cols; ++s) slot_ids[s] = s;
   for (int64_t s = n * cols - 1; s > 0; --s) std::swap(slot_ids[s], slot_ids[r.randint(0, s)]);
-  std::vector<std::vector<int64_t>> rows(n, std::vector<int64_t>(cols));
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < cols; ++c) rows[i][c] = slot_ids[i * cols + c];
-  const std::vector<int64_t> qsl_v = prefix_sum(lens);
-  Buf qsl = index_buf(qsl_v);
-  Buf slots = verify ? index_buf2(rows, cols) : index_buf(slot_ids);
-  Buf nacc = index_buf(acc);
   // kPadded: sequence i % 4 == 3 on the null slot (padding: o zeros, no state touched), i % 4 == 2
   // (two tokens) without an initial state, i % 4 == 1 of zero tokens (its slot untouched)
   const bool padded = prm.mode == Mode::kPadded;
@@ -88,7 +81,13 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
     init_v[i] = i % 4 != 2;
   }
   Buf has_init = bool_buf(init_v);
-  if (padded) slots = index_buf(slot_ids);
+  std::vector<std::vector<int64_t>> rows(n, std::vector<int64_t>(cols));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < cols; ++c) rows[i][c] = slot_ids[i * cols + c];
+  const std::vector<int64_t> qsl_v = prefix_sum(lens);
+  Buf qsl = index_buf(qsl_v);
+  Buf slots = verify ? index_buf2(rows, cols) : index_buf(slot_ids);
+  Buf nacc = index_buf(acc);
   Buf* init_ptr = padded ? &has_init : nullptr;
   const std::optional<int64_t> null_opt = padded ? std::optional<int64_t>(null_id) : std::nullopt;
   GdrIn in = make_gdr_in(r, qsl_v.back(), H, HV, K, V, DType::kBFloat16, DType::kFloat32);
