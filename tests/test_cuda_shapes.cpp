@@ -31,7 +31,7 @@
 namespace gdn::prop {
 namespace {
 
-enum class Mode { kDecode, kShort, kVerify, kVerify1, kSkewed, kLong, kPadded };
+enum class Mode { kDecode, kShort, kVerify, kVerify1, kSkewed, kLong, kPadded, kVerify6 };
 struct ShapeParam {
   DType state;
   int64_t n;
@@ -46,6 +46,7 @@ std::string shape_name(const ::testing::TestParamInfo<ShapeParam>& i) {
           : i.param.mode == Mode::kShort   ? "_short"
           : i.param.mode == Mode::kLong    ? "_long"
           : i.param.mode == Mode::kPadded  ? "_padded"
+          : i.param.mode == Mode::kVerify6 ? "_verify6col"
                                            : "_decode") +
          (i.param.tma_off ? "_tmaoff" : "");
 }
@@ -55,13 +56,15 @@ class CudaShapes : public ::testing::TestWithParam<ShapeParam> {};
 TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
   PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
   const ShapeParam& prm = GetParam();
-  const bool verify = prm.mode == Mode::kVerify || prm.mode == Mode::kVerify1;
-  const int64_t n = prm.n, H = 16, HV = 32, K = 128, V = 128, cols = prm.mode == Mode::kVerify ? 3 : 1;
+  const bool verify = prm.mode == Mode::kVerify || prm.mode == Mode::kVerify1 || prm.mode == Mode::kVerify6;
+  const int64_t n = prm.n, H = 16, HV = 32, K = 128, V = 128,
+                cols = prm.mode == Mode::kVerify ? 3 : prm.mode == Mode::kVerify6 ? 6 : 1;
   Rng r(9700 + n * 3 + static_cast<int>(prm.mode));
   std::vector<int64_t> lens(n, 1), acc(n), slot_ids(n * cols);
   for (int64_t i = 0; i < n; ++i) {
     acc[i] = r.randint(1, cols);
     if (prm.mode == Mode::kShort || prm.mode == Mode::kVerify) lens[i] = r.randint(1, 3);
+    if (prm.mode == Mode::kVerify6) lens[i] = r.randint(1, 6);  // columns past the lean kernel's 4 in registers
     if (prm.mode == Mode::kSkewed) lens[i] = i % 2 == 0 ? 2 : 0;  // as many tokens as sequences
     if (prm.mode == Mode::kLong) lens[i] = i % 2 == 0 ? 7 : 1;    // 4 tokens per sequence on average
     if (prm.mode == Mode::kPadded) lens[i] = i % 4 == 1 ? 0 : i % 4 == 2 ? 2 : 1;  // one token on average
@@ -123,6 +126,7 @@ std::vector<ShapeParam> shape_params() {
   // padding, zero-token and no-initial-state sequences in one-token batches: float32 at 128 and 512
   // sequence-heads (the lean kernel by default), 384 (the pipelined kernel), and bf16 at 384
   for (int64_t n : {4, 12, 16}) v.push_back({DType::kFloat32, n, Mode::kPadded});
+  for (int64_t n : {4, 16}) v.push_back({DType::kFloat32, n, Mode::kVerify6});
   v.push_back({DType::kBFloat16, 12, Mode::kPadded});
   return v;
 }

@@ -213,7 +213,7 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     // kernel where it applies (recurrent_tma.cuh: large batches of dense K = 128 state), else the
     // small-batch shape, the mid-batch verify form, the packed kernel, or the large-batch shape.
     if (fused) return run(T{}, Large{});
-    if constexpr (KP == 128 && sizeof(TS) == 4)
+    if constexpr (KP == 128)
       if (std::optional<Status> st = launch_lean<TAct, TS>(p, nseq, stream)) return *st;
     if (std::optional<Status> st = launch_tma<TAct, TS, KP, false>(p, nseq, stream)) return *st;
     const int small = env_int("GDN_REC_SMALL_BATCH", sizeof(TS) == 4 ? GDN_REC_SMALL_BATCH_F32 : GDN_REC_SMALL_BATCH,

@@ -33,6 +33,15 @@ namespace gdn::cuda {
 #ifndef GDN_REC_LEAN_MID_HI
 #define GDN_REC_LEAN_MID_HI 512
 #endif
+// Float32 verify batches (every sequence a verify one, 2 or more tokens per sequence on average) of
+// GDN_REC_LEAN_VERIFY_LO <= sequences x value heads < _HI (the step-92 window; to be measured;
+// GDN_REC_LEAN_VERIFY=0 in the environment: never by default).
+#ifndef GDN_REC_LEAN_VERIFY_LO
+#define GDN_REC_LEAN_VERIFY_LO 512
+#endif
+#ifndef GDN_REC_LEAN_VERIFY_HI
+#define GDN_REC_LEAN_VERIFY_HI 4096
+#endif
 #ifndef GDN_REC_LEAN_LANES
 #define GDN_REC_LEAN_LANES 32
 #endif
@@ -44,16 +53,41 @@ namespace gdn::cuda {
 #define GDN_REC_LEAN_SCATTER 1
 #endif
 
+// 16-bit state (one-token batches of GDN_REC_LEAN_16_MIN..MAX sequence-heads; GDN_REC_LEAN_16=0 in
+// the environment: never by default): 16 lanes per row, 32 blocks per SM, plain sums — the shape
+// measured in bench/RESULTS.md step 93 (b) (−5 to −12% at 32–128 sequence-heads, +8 to +20% from 192).
+#ifndef GDN_REC_LEAN_16_MIN
+#define GDN_REC_LEAN_16_MIN 32
+#endif
+#ifndef GDN_REC_LEAN_16_MAX
+#define GDN_REC_LEAN_16_MAX 128
+#endif
+#ifndef GDN_REC_LEAN_LANES_16
+#define GDN_REC_LEAN_LANES_16 16
+#endif
+#ifndef GDN_REC_LEAN_MB_16
+#define GDN_REC_LEAN_MB_16 32
+#endif
+
+template <typename TState>
 struct LeanTraits {
-  static constexpr int kLanes = GDN_REC_LEAN_LANES, kGroups = 32 / kLanes, kRows = 8;
+  static constexpr bool kWide = sizeof(TState) == 4;
+  static constexpr int kLanes = kWide ? GDN_REC_LEAN_LANES : GDN_REC_LEAN_LANES_16, kGroups = 32 / kLanes, kRows = 8;
+  static constexpr int kMinBlocks = kWide ? GDN_REC_LEAN_MB : GDN_REC_LEAN_MB_16;
+  static constexpr bool kScatter = kWide && GDN_REC_LEAN_SCATTER;
   static constexpr int kRowsPerLane = kRows / kGroups;
   static constexpr int kEPL = 128 / kLanes;  // K = 128
   static_assert(kLanes == 16 || kLanes == 32, "16 or 32 lanes per row");
 };
 
-template <typename TAct, typename TState>
-__global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
-  using Tr = LeanTraits;
+// kSpec: every sequence of the launch is a verify one (SPEC.md §3: the state read from column
+// acc - 1's slot, stored after token t into column t's slot when t < cols and the slot is usable;
+// columns below kLeanCols come with the metadata, later ones are loaded when used).
+constexpr int kLeanCols = 4;
+template <typename TAct, typename TState, bool kSpec = false>
+__global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocks)
+    recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
+  using Tr = LeanTraits<TState>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane;
   constexpr int EPL = Tr::kEPL, KP = L * EPL;
   const int lane = threadIdx.x, ln = lane % L;
@@ -63,29 +97,48 @@ __global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(con
   const SeqRef sq = seq_ref(p, blockIdx.z);
   const GroupMeta& g = p.group[sq.gi];
   const int64_t i = sq.i;
-  auto meta = [&](int32_t& lo, int32_t& hi, int32_t& slot, bool& init) {
+  const int32_t* slots = static_cast<const int32_t*>(g.slots.ptr) + i * g.slots.row_stride;
+  int32_t col[kSpec ? kLeanCols : 1];  // verify: the slots of columns 0 .. kLeanCols - 1
+  int32_t lo, hi, na = 1;
+  bool init;
+  auto meta = [&]() {
     const int32_t* qsl = static_cast<const int32_t*>(g.qsl.ptr);
     lo = qsl[i * g.qsl.row_stride];
     hi = qsl[(i + 1) * g.qsl.row_stride];
-    slot = static_cast<const int32_t*>(g.slots.ptr)[i * g.slots.row_stride];
+    col[0] = slots[0];
+    if constexpr (kSpec) {
+      na = static_cast<const int32_t*>(g.num_accepted.ptr)[i * g.num_accepted.row_stride];
+#pragma unroll
+      for (int c = 1; c < kLeanCols; ++c) col[c] = c < g.cols ? slots[c] : col[0];
+    }
     init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
   };
-  int32_t lo, hi, slot;
-  bool init;
   if (p.early_meta) {  // as start_seq (rec_common.cuh)
-    meta(lo, hi, slot, init);
+    meta();
     pdl_start();
   } else {
     pdl_start();
-    meta(lo, hi, slot, init);
+    meta();
   }
   const rules::TokenRange tr = rules::token_range(lo, hi, g.limit);
   if (tr.len == 0) return;
-  const bool pad = !rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id);
+  // the slot of column c (c < cols), from the registers where c < kLeanCols
+  auto col_slot = [&](int c) -> int32_t {
+    int32_t r = col[0];
+#pragma unroll
+    for (int k = 1; k < (kSpec ? kLeanCols : 1); ++k) r = c == k ? col[k] : r;
+    return kSpec && c >= kLeanCols ? slots[c] : r;
+  };
+  const int32_t slot = kSpec ? col_slot(static_cast<int>(rules::accepted(na, g.cols)) - 1) : col[0];  // read
+  const bool pad = !rules::slot_valid(col[0], p.num_slots, p.has_null, p.null_id) ||
+                   (kSpec && !rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id));
 
-  // this lane's elements of row j of the state: sp + j G K
-  TState* const sp = static_cast<TState*>(p.state) + static_cast<int64_t>(slot) * p.state_slot_stride +
-                     (static_cast<int64_t>(hv) * p.V + row0) * KP + ln * EPL;
+  // this lane's elements of row j of the state in slot `sl`: at(sl) + j G K
+  auto at = [&](int32_t sl) {
+    return static_cast<TState*>(p.state) + static_cast<int64_t>(sl) * p.state_slot_stride +
+           (static_cast<int64_t>(hv) * p.V + row0) * KP + ln * EPL;
+  };
+  TState* const sp = at(slot);
   float s[R][EPL];
 #pragma unroll
   for (int j = 0; j < R; ++j) {
@@ -113,21 +166,35 @@ __global__ void __launch_bounds__(32, GDN_REC_LEAN_MB) recurrent_lean_kernel(con
     const float av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
     const float bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
     const TokenGates tg = prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr);
-    const float mine = recur_rows<L, G, R, EPL, GDN_REC_LEAN_SCATTER>(s, kr, qr, tg, [&](int j) { return vr[j]; }, ln);
+    const float mine = recur_rows<L, G, R, EPL, Tr::kScatter>(s, kr, qr, tg, [&](int j) { return vr[j]; }, ln);
     if (ln < R) static_cast<TAct*>(p.o)[row * p.o_rs + oo] = from_float<TAct>(mine);
-  }
+    if constexpr (kSpec) {
+      if (t < g.cols) {
+        const int32_t dst = col_slot(t);
+        if (rules::slot_valid(dst, p.num_slots, p.has_null, p.null_id)) {
+          TState* const dp = at(dst);
 #pragma unroll
-  for (int j = 0; j < R; ++j) store_vec<TState, EPL>(sp + j * G * KP, s[j]);
+          for (int j = 0; j < R; ++j) store_vec<TState, EPL>(dp + j * G * KP, s[j]);
+        }
+      }
+    }
+  }
+  if constexpr (!kSpec) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) store_vec<TState, EPL>(sp + j * G * KP, s[j]);
+  }
 }
 
-// Whether the lean kernel can take the batch: see the file's head.
+// Whether the lean kernel can take the batch (spec: as its verify instance, every sequence a
+// verify one): see the file's head.
 template <typename TAct, typename TS>
-bool lean_applies(const RecurrentParams& p) {
-  static_assert(sizeof(TS) == 4, "float32 state only (recurrent.cuh launches it for no other)");
-  if (p.K != 128 || p.kv_layout || !p.state_vec || p.V % LeanTraits::kRows != 0) return false;
+bool lean_applies(const RecurrentParams& p, bool spec) {
+  if (p.K != 128 || p.kv_layout || !p.state_vec || p.V % LeanTraits<TS>::kRows != 0) return false;
   if (!aligned16(p.src.q, p.src.q_rs, sizeof(TAct)) || !aligned16(p.src.k, p.src.k_rs, sizeof(TAct))) return false;
   for (const GroupMeta& g : p.group)
-    if (g.n > 0 && (g.spec || g.token_indx.ptr != nullptr || g.qsl.is64 || g.slots.is64)) return false;
+    if (g.n > 0 && (g.spec != spec || g.token_indx.ptr != nullptr || g.qsl.is64 || g.slots.is64 ||
+                    (spec && (g.num_accepted.ptr == nullptr || g.num_accepted.is64))))
+      return false;
   return true;
 }
 
@@ -135,15 +202,26 @@ bool lean_applies(const RecurrentParams& p) {
 // nullopt: not launched.
 template <typename TAct, typename TS>
 std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
-  if (nseq == 0 || env_equals("GDN_REC_LEAN", "0") || !lean_applies<TAct, TS>(p)) return std::nullopt;
+  if (nseq == 0 || env_equals("GDN_REC_LEAN", "0")) return std::nullopt;
+  const bool spec = p.group[0].n > 0 ? p.group[0].spec : p.group[1].spec;
+  if (!lean_applies<TAct, TS>(p, spec)) return std::nullopt;
   const int64_t sh = nseq * p.HV;
   // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
-  const bool chosen = batch_tokens(p) <= nseq && sh >= GDN_REC_LEAN_MIN &&
-                      (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI) && !env_equals("GDN_CUDA_TMA", "1");
+  bool chosen;
+  if constexpr (sizeof(TS) == 4)
+    chosen = spec ? multi_token(p, nseq) && sh >= GDN_REC_LEAN_VERIFY_LO && sh < GDN_REC_LEAN_VERIFY_HI &&
+                        !env_equals("GDN_REC_LEAN_VERIFY", "0")
+                  : batch_tokens(p) <= nseq && sh >= GDN_REC_LEAN_MIN &&
+                        (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI);
+  else
+    chosen = !spec && batch_tokens(p) <= nseq && sh >= GDN_REC_LEAN_16_MIN && sh <= GDN_REC_LEAN_16_MAX &&
+             !env_equals("GDN_REC_LEAN_16", "0");
+  chosen = chosen && !env_equals("GDN_CUDA_TMA", "1");
   if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;
-  const dim3 grid(static_cast<unsigned>(p.V / LeanTraits::kRows), static_cast<unsigned>(p.HV),
+  const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
                   static_cast<unsigned>(nseq));
-  return Launch(grid, 32, 0, stream)(recurrent_lean_kernel<TAct, TS>, p);
+  return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true> : recurrent_lean_kernel<TAct, TS, false>,
+                                     p);
 }
 
 }  // namespace gdn::cuda
