@@ -104,6 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
                       PipeParam{DType::kBFloat16, DType::kFloat32, 2, 4, 128, true, false, false},
                       PipeParam{DType::kBFloat16, DType::kBFloat16, 2, 6, 64, false, false, true},
                       PipeParam{DType::kBFloat16, DType::kBFloat16, 1, 3, 128, true, true, false},
+                      // float32 state in 12-block clusters (r = 3, as Qwen3.6-27B)
+                      PipeParam{DType::kBFloat16, DType::kFloat32, 1, 3, 128, true, true, false},
                       PipeParam{DType::kFloat32, DType::kFloat32, 2, 4, 64, false, false, false},
                       // one item per (sequence, key head) group (r = 1, V = one 16-row tile): the
                       // group-buffer rule (tma_ring.h) refuses the pipelined step, the cluster kernel runs

@@ -45,12 +45,12 @@ __device__ __forceinline__ void cluster_wait() {
 #define GDN_STEP_W_SMEM 1
 #endif
 
-template <typename TAct, typename TState, int KP, bool kDense>
-__global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TState>::kMinBlocks)
+template <typename TAct, typename TState, int KP, bool kDense, bool kLean = false>
+__global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTraits<TState, kLean>::kMinBlocks)
     fused_step_kernel(const __grid_constant__ RecurrentParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   pdl_start();
-  using Tr = StepTraits<TState>;
+  using Tr = StepTraits<TState, kLean>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
   static_assert(KP % L == 0, "K padded to whole lane groups");
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
       s_ab[buf][tid] = to_float(ba[tid == 0 ? PL.a_col(hv) : PL.b_col(hv)]);
     }
     cluster.sync();  // token t's q, k (whole cluster), v and gates (this block) are in place
-    const float mine = recur_token<L, G, R, EPL>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0, p.V - row0,
+    const float mine = recur_token<L, G, R, EPL, Tr::kScatter>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0, p.V - row0,
                                                  s_ab[buf][0], s_ab[buf][1], A, dtb, p.scale, ln);
     emit_token<TAct, TState, KP, R, EPL, G, kDense>(p, g, i, t, row, hv, row0, ln, mine, s);
   }
@@ -200,12 +200,10 @@ __global__ void __launch_bounds__(StepTraits<TState>::kThreads, StepTraits<TStat
 #endif
 }
 
-// Launches the one-launch step when the card has clusters (sm_90+), a cluster of
-// (ceil(V / kRows), r) blocks can be resident, and one channel per thread covers a block's share;
-// nullopt (nothing launched) otherwise.
-template <typename TAct, typename TS, int KP, bool kDense>
-std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
-  using Tr = StepTraits<TS>;
+// The step kernel `kernel` with traits Tr, if the card and the cluster allow (see launch_fused_step).
+template <typename Tr>
+std::optional<Status> launch_step_kernel(void (*kernel)(RecurrentParams), const RecurrentParams& p, int64_t nseq,
+                                         cudaStream_t stream) {
   int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
@@ -215,7 +213,6 @@ std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, 
   if (csize > 16 || p.HV % p.r != 0) return std::nullopt;
   const int per = static_cast<int>((2 * p.K + csize - 1) / csize);
   if (per + Tr::kRows > Tr::kThreads) return std::nullopt;
-  auto kernel = fused_step_kernel<TAct, TS, KP, kDense>;
   // programmatic overlap with the previous kernel up to GDN_STEP_PDL_HEADS sequence-heads
   // (environment overrides; 0: never)
   const bool overlap = nseq * p.HV <= env_int("GDN_STEP_PDL_HEADS", GDN_STEP_PDL_HEADS, 0, 1 << 30);
@@ -234,6 +231,29 @@ std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, 
     }
   }
   return launch(kernel, p);
+}
+
+// The lean lane layout (StepTraits<TS, true>) for float32 dense K = 128 state where it measured
+// faster on the H200 (bench/RESULTS.md step 95: -3 to -24% for the Qwen3-Next shapes, whose clusters
+// are <= 8 blocks, and for 12-block clusters (Qwen3.6-27B) up to GDN_STEP_LEAN_GROUPS (sequence, key
+// head) groups; +4 to +19% above). GDN_STEP_LEAN in the environment: 0 never, 1 always (tests, A/B).
+#ifndef GDN_STEP_LEAN_GROUPS
+#define GDN_STEP_LEAN_GROUPS 32
+#endif
+
+// Launches the one-launch step when the card has clusters (sm_90+), a cluster of
+// (ceil(V / kRows), r) blocks can be resident, and one channel per thread covers a block's share;
+// nullopt (nothing launched) otherwise.
+template <typename TAct, typename TS, int KP, bool kDense>
+std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
+  if constexpr (sizeof(TS) == 4 && KP == 128 && kDense) {
+    static_assert(StepTraits<TS, true>::kRows == StepTraits<TS>::kRows, "one cluster shape for both layouts");
+    const unsigned csize = static_cast<unsigned>((p.V + StepTraits<TS>::kRows - 1) / StepTraits<TS>::kRows * p.r);
+    const bool lean = env_equals("GDN_STEP_LEAN", "1") ||
+                      (!env_equals("GDN_STEP_LEAN", "0") && (csize <= 8 || nseq * (p.HV / p.r) <= GDN_STEP_LEAN_GROUPS));
+    if (lean) return launch_step_kernel<StepTraits<TS, true>>(fused_step_kernel<TAct, TS, KP, kDense, true>, p, nseq, stream);
+  }
+  return launch_step_kernel<StepTraits<TS>>(fused_step_kernel<TAct, TS, KP, kDense>, p, nseq, stream);
 }
 
 }  // namespace gdn::cuda

@@ -144,15 +144,23 @@ struct RecTraits {
 #ifndef GDN_STEP_MB
 #define GDN_STEP_MB 8
 #endif
-template <typename TState>
+// kLean: the lean kernel's lane layout (recurrent_lean.cuh: 32 lanes per row, 8 rows per lane,
+// reduce-scatter sums) at GDN_STEP_LEAN_MB blocks per SM (float32 state: 80 registers, no spills;
+// the plain layout spills at 64 registers).
+#ifndef GDN_STEP_LEAN_MB
+#define GDN_STEP_LEAN_MB 6
+#endif
+template <typename TState, bool kLean = false>
 struct StepTraits {
   using Rec = RecTraits<TState, false>;
   static constexpr int kWarps = GDN_STEP_WARPS;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kLanes = Rec::kLanes, kGroups = Rec::kGroups, kRowsPerLane = Rec::kRowsPerLane;
-  static constexpr int kRowsPerWarp = Rec::kRowsPerWarp;
+  static constexpr int kLanes = kLean ? 32 : Rec::kLanes, kGroups = 32 / kLanes;
+  static constexpr int kRowsPerLane = kLean ? 8 : Rec::kRowsPerLane;
+  static constexpr int kRowsPerWarp = kRowsPerLane * kGroups;
+  static constexpr bool kScatter = kLean;
   static constexpr int kRows = kWarps * kRowsPerWarp;
-  static constexpr int kMinBlocks = GDN_STEP_MB;
+  static constexpr int kMinBlocks = kLean ? GDN_STEP_LEAN_MB : GDN_STEP_MB;
   static_assert(kThreads <= 1024, "a block is at most 1024 threads");
 };
 
@@ -458,13 +466,13 @@ __device__ __forceinline__ float recur_rows(float (&s)[R][EPL], const float (&kr
 // One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with
 // j G >= vlim are past V). sq, sk: raw q and k (KP each, zero past K); sv: v of the block's rows;
 // a, b: the token's gate inputs. Returns o of row ln for lanes ln < R.
-template <int L, int G, int R, int EPL>
+template <int L, int G, int R, int EPL, bool kMulti = false>
 __device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq, const float* sk, const float* sv,
                                              int lrow0, int vlim, float a, float b, float A, float dtb, float scale,
                                              int ln) {
   float kr[EPL], qr[EPL];
   const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
-  return recur_rows<L, G, R, EPL>(s, kr, qr, tg, [&](int j) { return j * G < vlim ? sv[lrow0 + j * G] : 0.f; }, ln);
+  return recur_rows<L, G, R, EPL, kMulti>(s, kr, qr, tg, [&](int j) { return j * G < vlim ? sv[lrow0 + j * G] : 0.f; }, ln);
 }
 
 }  // namespace gdn::cuda

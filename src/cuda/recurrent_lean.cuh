@@ -1,17 +1,19 @@
-// src/cuda/recurrent_lean.cuh — the primitive recurrence for the serving engines' common decode
-// batch, with nothing else in its instruction stream: float32 state, non-spec sequences only, int32
-// query_start_loc and state indices, no token remap, dense "vk" state of K = 128, V a multiple of 8,
-// 16-byte aligned q / k rows. recurrent_kernel handles every batch; this kernel runs the same
-// recurrence (rec_common.cuh's prep_regs and recur_rows) for the batches it takes.
+// src/cuda/recurrent_lean.cuh — the primitive recurrence for the serving engines' common decode and
+// verify batches, with nothing else in its instruction stream: batches whose sequences are all
+// non-spec or all verify ones, int32 query_start_loc, state indices and num_accepted, no token
+// remap, dense "vk" state of K = 128, V a multiple of 8, 16-byte aligned q / k rows.
+// recurrent_kernel handles every batch; this kernel runs the same recurrence (rec_common.cuh's
+// prep_regs and recur_rows) for the batches it takes.
 //   grid  = (V / 8, HV, sequences of both groups), block = one warp owning 8 rows of one
-//           (sequence, value head): GDN_REC_LEAN_LANES lanes per row (32: every lane holds 4
-//           elements of each of the 8 rows, FLA's layout), GDN_REC_LEAN_MB resident blocks per SM.
+//           (sequence, value head): float32 state with 32 lanes per row (every lane holds 4
+//           elements of each of the 8 rows, FLA's layout), 16-bit state with 16 lanes per row.
 // Each lane loads its own elements of q and k (vectors), the v values of its rows and a, b
 // straight into registers: no shared memory, no barrier, no dtype or index-width branches.
 // bench/RESULTS.md step 93: recurrent_kernel executed 1 071 instructions per warp against FLA's 631
 // on the same launch shape; this kernel with 32 lanes per row, the rows' sums as reduce-scatters and
 // at most 20 blocks per SM (90 registers, no spills) measured 4-19% faster than the earlier choices
-// on one-token batches of 32-128 and >= 512 sequence-heads.
+// on float32 one-token batches of 32-128 and >= 512 sequence-heads; steps 94-95 its verify
+// instance and 16-bit batches (windows below).
 #pragma once
 #include <optional>
 
@@ -19,28 +21,33 @@
 
 namespace gdn::cuda {
 
-// Where the plain recurrence takes this kernel by default: float32 state, at most one token per
-// sequence on average, and GDN_REC_LEAN_MIN <= sequences x value heads <= GDN_REC_LEAN_MID_LO or
-// >= GDN_REC_LEAN_MID_HI (between them the pipelined kernel measured faster; H200, step 93).
-// GDN_REC_LEAN in the environment: 0 never, 1 wherever it can run (tests, A/B); GDN_CUDA_TMA=1
-// without GDN_REC_LEAN=1: never (the pipelined kernel's test pass).
-#ifndef GDN_REC_LEAN_MIN
-#define GDN_REC_LEAN_MIN 32
-#endif
+// Where the plain recurrence takes this kernel by default (H200, bench/RESULTS.md steps 93-95, the
+// kernel forced against the other choices over the three model shapes):
+//   float32 state: verify batches of 2 or more tokens per sequence on average, at every size (-4 to
+//   -27%); one-token batches of <= GDN_REC_LEAN_MID_LO or >= GDN_REC_LEAN_MID_HI sequence-heads
+//   (between them the pipelined kernel measured faster);
+//   16-bit state: one-token batches of <= GDN_REC_LEAN_16_MAX or GDN_REC_LEAN_16_BAND_LO..HI
+//   sequence-heads, verify batches of <= GDN_REC_LEAN_16_VERIFY_MAX (larger ones: +3 to +36%).
+// GDN_REC_LEAN in the environment: 0 never, 1 wherever it can run (tests, A/B); GDN_REC_LEAN_VERIFY=0:
+// no verify batch by default; GDN_REC_LEAN_16=0: no 16-bit batch by default; GDN_CUDA_TMA=1 without
+// GDN_REC_LEAN=1: never (the pipelined kernel's test pass).
 #ifndef GDN_REC_LEAN_MID_LO
 #define GDN_REC_LEAN_MID_LO 128
 #endif
 #ifndef GDN_REC_LEAN_MID_HI
 #define GDN_REC_LEAN_MID_HI 512
 #endif
-// Float32 verify batches (every sequence a verify one, 2 or more tokens per sequence on average) of
-// GDN_REC_LEAN_VERIFY_LO <= sequences x value heads < _HI (the step-92 window; to be measured;
-// GDN_REC_LEAN_VERIFY=0 in the environment: never by default).
-#ifndef GDN_REC_LEAN_VERIFY_LO
-#define GDN_REC_LEAN_VERIFY_LO 512
+#ifndef GDN_REC_LEAN_16_MAX
+#define GDN_REC_LEAN_16_MAX 128
 #endif
-#ifndef GDN_REC_LEAN_VERIFY_HI
-#define GDN_REC_LEAN_VERIFY_HI 4096
+#ifndef GDN_REC_LEAN_16_BAND_LO
+#define GDN_REC_LEAN_16_BAND_LO 256
+#endif
+#ifndef GDN_REC_LEAN_16_BAND_HI
+#define GDN_REC_LEAN_16_BAND_HI 384
+#endif
+#ifndef GDN_REC_LEAN_16_VERIFY_MAX
+#define GDN_REC_LEAN_16_VERIFY_MAX 768
 #endif
 #ifndef GDN_REC_LEAN_LANES
 #define GDN_REC_LEAN_LANES 32
@@ -53,15 +60,7 @@ namespace gdn::cuda {
 #define GDN_REC_LEAN_SCATTER 1
 #endif
 
-// 16-bit state (one-token batches of GDN_REC_LEAN_16_MIN..MAX sequence-heads; GDN_REC_LEAN_16=0 in
-// the environment: never by default): 16 lanes per row, 32 blocks per SM, plain sums — the shape
-// measured in bench/RESULTS.md step 93 (b) (−5 to −12% at 32–128 sequence-heads, +8 to +20% from 192).
-#ifndef GDN_REC_LEAN_16_MIN
-#define GDN_REC_LEAN_16_MIN 32
-#endif
-#ifndef GDN_REC_LEAN_16_MAX
-#define GDN_REC_LEAN_16_MAX 128
-#endif
+// 16-bit state: 16 lanes per row, 32 blocks per SM, plain sums (80-96 B of spills; step 93 (b)).
 #ifndef GDN_REC_LEAN_LANES_16
 #define GDN_REC_LEAN_LANES_16 16
 #endif
@@ -206,16 +205,17 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
   const bool spec = p.group[0].n > 0 ? p.group[0].spec : p.group[1].spec;
   if (!lean_applies<TAct, TS>(p, spec)) return std::nullopt;
   const int64_t sh = nseq * p.HV;
-  // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
+  const bool verify = spec && multi_token(p, nseq), one = batch_tokens(p) <= nseq;
   bool chosen;
   if constexpr (sizeof(TS) == 4)
-    chosen = spec ? multi_token(p, nseq) && sh >= GDN_REC_LEAN_VERIFY_LO && sh < GDN_REC_LEAN_VERIFY_HI &&
-                        !env_equals("GDN_REC_LEAN_VERIFY", "0")
-                  : batch_tokens(p) <= nseq && sh >= GDN_REC_LEAN_MIN &&
-                        (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI);
+    chosen = verify ? !env_equals("GDN_REC_LEAN_VERIFY", "0")
+                    : one && (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI);
   else
-    chosen = !spec && batch_tokens(p) <= nseq && sh >= GDN_REC_LEAN_16_MIN && sh <= GDN_REC_LEAN_16_MAX &&
+    chosen = (verify ? sh <= GDN_REC_LEAN_16_VERIFY_MAX && !env_equals("GDN_REC_LEAN_VERIFY", "0")
+                     : one && (sh <= GDN_REC_LEAN_16_MAX ||
+                               (sh >= GDN_REC_LEAN_16_BAND_LO && sh <= GDN_REC_LEAN_16_BAND_HI))) &&
              !env_equals("GDN_REC_LEAN_16", "0");
+  // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
   chosen = chosen && !env_equals("GDN_CUDA_TMA", "1");
   if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;
   const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
