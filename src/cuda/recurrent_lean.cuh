@@ -27,7 +27,9 @@ namespace gdn::cuda {
 //   -27%); one-token batches of <= GDN_REC_LEAN_MID_LO or >= GDN_REC_LEAN_MID_HI sequence-heads
 //   (between them the pipelined kernel measured faster);
 //   16-bit state: one-token batches of <= GDN_REC_LEAN_16_MAX or GDN_REC_LEAN_16_BAND_LO..HI
-//   sequence-heads, verify batches of <= GDN_REC_LEAN_16_VERIFY_MAX (larger ones: +3 to +36%).
+//   sequence-heads (256: -13 to -22%, Qwen3-Next TP1 N = 8 and TP4 N = 32, where the other kernels
+//   change shape; 192 and 384, Qwen3.6-27B N = 4 and 8: +15%), verify batches of <=
+//   GDN_REC_LEAN_16_VERIFY_MAX (larger ones: +3 to +11%; one-token ones from 512: +8 to +36%).
 // GDN_REC_LEAN in the environment: 0 never, 1 wherever it can run (tests, A/B); GDN_REC_LEAN_VERIFY=0:
 // no verify batch by default; GDN_REC_LEAN_16=0: no 16-bit batch by default; GDN_CUDA_TMA=1 without
 // GDN_REC_LEAN=1: never (the pipelined kernel's test pass).
@@ -44,7 +46,7 @@ namespace gdn::cuda {
 #define GDN_REC_LEAN_16_BAND_LO 256
 #endif
 #ifndef GDN_REC_LEAN_16_BAND_HI
-#define GDN_REC_LEAN_16_BAND_HI 384
+#define GDN_REC_LEAN_16_BAND_HI 256
 #endif
 #ifndef GDN_REC_LEAN_16_VERIFY_MAX
 #define GDN_REC_LEAN_16_VERIFY_MAX 768
