@@ -203,7 +203,9 @@ TEST_P(CudaFusedLaunches, OneAndTwoLaunchesAgree) {
   // bytes. The pipelined kernel (forced by GDN_CUDA_TMA=1 in the "tma:" run) and the cluster
   // kernel's lean layout (float32 K = 128 state unless GDN_STEP_LEAN=0: the "stepplain:" run)
   // spread K over the lanes differently: the CPU tolerance above is the check there.
-  auto env_is = [](const char* name, const char* v) { return std::getenv(name) && std::string(std::getenv(name)) == v; };
+  auto env_is = [](const char* name, const char* v) {
+    return std::getenv(name) != nullptr && std::string(std::getenv(name)) == v;
+  };
   const bool lean_layout = p.ssm_dtype == DType::kFloat32 && p.K == 128 && !env_is("GDN_STEP_LEAN", "0");
   if (!env_is("GDN_CUDA_TMA", "1") && !lean_layout) {
     EXPECT_TRUE(out[0].core.same_bytes(out[1].core)) << "core_attn_out: " << byte_diff(out[0].core, out[1].core);

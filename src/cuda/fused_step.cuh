@@ -182,8 +182,9 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
       s_ab[buf][tid] = to_float(ba[tid == 0 ? PL.a_col(hv) : PL.b_col(hv)]);
     }
     cluster.sync();  // token t's q, k (whole cluster), v and gates (this block) are in place
-    const float mine = recur_token<L, G, R, EPL, Tr::kScatter>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0, p.V - row0,
-                                                 s_ab[buf][0], s_ab[buf][1], A, dtb, p.scale, ln);
+    const float mine = recur_token<L, G, R, EPL, Tr::kScatter>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0,
+                                                               p.V - row0, s_ab[buf][0], s_ab[buf][1], A, dtb,
+                                                               p.scale, ln);
     emit_token<TAct, TState, KP, R, EPL, G, kDense>(p, g, i, t, row, hv, row0, ln, mine, s);
   }
   if (!g.spec) {
@@ -248,10 +249,11 @@ template <typename TAct, typename TS, int KP, bool kDense>
 std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
   if constexpr (sizeof(TS) == 4 && KP == 128 && kDense) {
     static_assert(StepTraits<TS, true>::kRows == StepTraits<TS>::kRows, "one cluster shape for both layouts");
-    const unsigned csize = static_cast<unsigned>((p.V + StepTraits<TS>::kRows - 1) / StepTraits<TS>::kRows * p.r);
-    const bool lean = env_equals("GDN_STEP_LEAN", "1") ||
-                      (!env_equals("GDN_STEP_LEAN", "0") && (csize <= 8 || nseq * (p.HV / p.r) <= GDN_STEP_LEAN_GROUPS));
-    if (lean) return launch_step_kernel<StepTraits<TS, true>>(fused_step_kernel<TAct, TS, KP, kDense, true>, p, nseq, stream);
+    const int64_t csize = (p.V + StepTraits<TS>::kRows - 1) / StepTraits<TS>::kRows * p.r;
+    const bool fits = csize <= 8 || nseq * (p.HV / p.r) <= GDN_STEP_LEAN_GROUPS;
+    if (env_equals("GDN_STEP_LEAN", "1") || (fits && !env_equals("GDN_STEP_LEAN", "0")))
+      return launch_step_kernel<StepTraits<TS, true>>(fused_step_kernel<TAct, TS, KP, kDense, true>, p, nseq,
+                                                      stream);
   }
   return launch_step_kernel<StepTraits<TS>>(fused_step_kernel<TAct, TS, KP, kDense>, p, nseq, stream);
 }

@@ -472,7 +472,8 @@ __device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq
                                              int ln) {
   float kr[EPL], qr[EPL];
   const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
-  return recur_rows<L, G, R, EPL, kMulti>(s, kr, qr, tg, [&](int j) { return j * G < vlim ? sv[lrow0 + j * G] : 0.f; }, ln);
+  return recur_rows<L, G, R, EPL, kMulti>(
+      s, kr, qr, tg, [&](int j) { return j * G < vlim ? sv[lrow0 + j * G] : 0.f; }, ln);
 }
 
 }  // namespace gdn::cuda

@@ -222,8 +222,8 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
   if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;
   const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
                   static_cast<unsigned>(nseq));
-  return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true> : recurrent_lean_kernel<TAct, TS, false>,
-                                     p);
+  return Launch(grid, 32, 0, stream)(
+      spec ? recurrent_lean_kernel<TAct, TS, true> : recurrent_lean_kernel<TAct, TS, false>, p);
 }
 
 }  // namespace gdn::cuda
