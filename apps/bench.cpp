@@ -159,10 +159,6 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
   const bool spec = T > 1;
   const DType act = DType::kBFloat16;
   const PoolShape ps = pool_shape(k);
-  const size_t slot_bytes = ps.slot_bytes;
-  const int64_t slots_per_call = ps.slots_per_call;
-  const int calls = ps.calls;
-  const int64_t num_slots = ps.num_slots;
   const int64_t D = 2 * m.H * m.K + m.HV * m.V;
   const int64_t r = m.HV / m.H;
   std::optional<DevBuf> own;
@@ -174,23 +170,23 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
   for (int64_t i = 0; i <= N; ++i) qsl[i] = static_cast<int32_t>(i * T);
   uint32_t lcg = 12345;
   for (auto& a : acc) { lcg = lcg * 1664525u + 1013904223u; a = static_cast<int32_t>(1 + (lcg >> 16) % T); }
-  DevBuf d_qsl(qsl.size() * 4), d_acc(acc.size() * 4), d_slots(size_t(calls) * slots_per_call * 4);
+  DevBuf d_qsl(qsl.size() * 4), d_acc(acc.size() * 4), d_slots(size_t(ps.calls) * ps.slots_per_call * 4);
   BENCH_CHECK(cudaMemcpy(d_qsl.p, qsl.data(), qsl.size() * 4, cudaMemcpyHostToDevice));
   BENCH_CHECK(cudaMemcpy(d_acc.p, acc.data(), acc.size() * 4, cudaMemcpyHostToDevice));
-  for (int c = 0; c < calls; ++c) {
+  for (int c = 0; c < ps.calls; ++c) {
     auto s = host_slots(c, N, T);
-    BENCH_CHECK(cudaMemcpy(static_cast<int32_t*>(d_slots.p) + c * slots_per_call, s.data(), s.size() * 4,
+    BENCH_CHECK(cudaMemcpy(static_cast<int32_t*>(d_slots.p) + c * ps.slots_per_call, s.data(), s.size() * 4,
                            cudaMemcpyHostToDevice));
   }
   auto slots_view = [&](int c) {
-    void* p = static_cast<int32_t*>(d_slots.p) + c * slots_per_call;
+    void* p = static_cast<int32_t*>(d_slots.p) + c * ps.slots_per_call;
     return spec ? dev_view(p, DType::kInt32, {N, cols}) : dev_view(p, DType::kInt32, {N});
   };
   DevBuf A_log(m.HV * 4), dt_bias(m.HV * 2);
   fill(A_log, DType::kFloat32);
   fill(dt_bias, act);
   Result res;
-  const double state_bytes = double(N) * slot_bytes * (1 + (spec ? T : 1));
+  const double state_bytes = double(N) * ps.slot_bytes * (1 + (spec ? T : 1));
   if (k.op == "recurrent") {
     DevBuf q(rows * m.H * m.K * 2), kk(rows * m.H * m.K * 2), v(rows * m.HV * m.V * 2), a(rows * m.HV * 2),
         b(rows * m.HV * 2), o(rows * m.HV * m.V * 2);
@@ -203,14 +199,14 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
     g.b = dev_view(b.p, act, {rows, m.HV});
     g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
     g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
-    g.ssm_state = dev_view(pool.p, k.state, {num_slots, m.HV, m.V, m.K});
+    g.ssm_state = dev_view(pool.p, k.state, {ps.num_slots, m.HV, m.V, m.K});
     g.query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
     if (spec) g.num_accepted_tokens = dev_view(d_acc.p, DType::kInt32, {N});
     g.o = dev_view(o.p, act, {rows, m.HV, m.V});
     g.state_indices = slots_view(0);
     Status st = can_implement_recurrent(g);
     if (!st.ok()) return Result{0, 0, 0, st.message()};
-    res.us = time_graph(calls, replays, [&](int c, cudaStream_t s) {
+    res.us = time_graph(ps.calls, replays, [&](int c, cudaStream_t s) {
       GatedDeltaRuleArgs gc = g;
       gc.state_indices = slots_view(c);
       Status e = gated_delta_rule_recurrent(gc, s);
@@ -220,7 +216,7 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
   } else {
     const int64_t conv_rows = spec ? W - 2 + cols : W - 1;
     DevBuf qkvz(rows * m.H * (2 * m.K + 2 * r * m.V) * 2), ba(rows * 2 * m.HV * 2), out(rows * m.HV * m.V * 2),
-        z(rows * m.HV * m.V * 2), conv(num_slots * conv_rows * D * 2), w(D * W * 2);
+        z(rows * m.HV * m.V * 2), conv(ps.num_slots * conv_rows * D * 2), w(D * W * 2);
     for (DevBuf* x : {&qkvz, &ba, &conv, &w}) fill(*x, act);
     GdnAttentionArgs g;
     g.core_attn_out = dev_view(out.p, act, {rows, m.HV, m.V});
@@ -228,8 +224,8 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
     g.projected_states_qkvz = dev_view(qkvz.p, act, {rows, m.H * (2 * m.K + 2 * r * m.V)});
     g.projected_states_ba = dev_view(ba.p, act, {rows, 2 * m.HV});
     g.num_k_heads = m.H; g.num_v_heads = m.HV; g.head_k_dim = m.K; g.head_v_dim = m.V;
-    g.conv_state = dev_view(conv.p, act, {num_slots, conv_rows, D});
-    g.ssm_state = dev_view(pool.p, k.state, {num_slots, m.HV, m.V, m.K});
+    g.conv_state = dev_view(conv.p, act, {ps.num_slots, conv_rows, D});
+    g.ssm_state = dev_view(pool.p, k.state, {ps.num_slots, m.HV, m.V, m.K});
     g.conv_weights = dev_view(w.p, act, {D, W});
     g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
     g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
@@ -248,7 +244,7 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
     set_slots(g, 0);
     Status st = can_implement(g);
     if (!st.ok()) return Result{0, 0, 0, st.message()};
-    res.us = time_graph(calls, replays, [&](int c, cudaStream_t s) {
+    res.us = time_graph(ps.calls, replays, [&](int c, cudaStream_t s) {
       GdnAttentionArgs gc = g;
       set_slots(gc, c);
       Status e = gdn_attention(gc, s);
