@@ -83,8 +83,9 @@ struct LeanTraits {
 
 // kSpec: every sequence of the launch is a verify one (SPEC.md §3: the state read from column
 // acc - 1's slot, stored after token t into column t's slot when t < cols and the slot is usable;
-// columns below kLeanCols come with the metadata, later ones are loaded when used).
-constexpr int kLeanCols = 4;
+// columns below kLeanCols come with the metadata, later ones are loaded when used: column 0 and
+// the kNearCols after it, as resolve_seq does for the general kernels).
+constexpr int kLeanCols = 1 + kNearCols;
 template <typename TAct, typename TState, bool kSpec = false>
 __global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocks)
     recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
@@ -131,8 +132,8 @@ __global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocks)
     return kSpec && c >= kLeanCols ? slots[c] : r;
   };
   const int32_t slot = kSpec ? col_slot(static_cast<int>(rules::accepted(na, g.cols)) - 1) : col[0];  // read
-  const bool pad = !rules::slot_valid(col[0], p.num_slots, p.has_null, p.null_id) ||
-                   (kSpec && !rules::slot_valid(slot, p.num_slots, p.has_null, p.null_id));
+  auto usable = [&](int32_t sl) { return rules::slot_valid(sl, p.num_slots, p.has_null, p.null_id); };
+  const bool pad = !usable(col[0]) || (kSpec && !usable(slot));  // as resolve_seq
 
   // this lane's elements of row j of the state in slot `sl`: at(sl) + j G K
   auto at = [&](int32_t sl) {
@@ -172,7 +173,7 @@ __global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocks)
     if constexpr (kSpec) {
       if (t < g.cols) {
         const int32_t dst = col_slot(t);
-        if (rules::slot_valid(dst, p.num_slots, p.has_null, p.null_id)) {
+        if (usable(dst)) {
           TState* const dp = at(dst);
 #pragma unroll
           for (int j = 0; j < R; ++j) store_vec<TState, EPL>(dp + j * G * KP, s[j]);
