@@ -115,8 +115,9 @@ INSTANTIATE_TEST_SUITE_P(
 // The default kernel choice at the Qwen3-Next TP1 shape (H 16, HV 32, K = V 128, bf16
 // activations): 18 sequences (8 decodes, 6 verify, 2 prefills of up to 12 tokens, 2 padding) are
 // 288 (sequence, key head) groups, so on sm_90 the default runs the pipelined fused step
-// (GDN_TMA_MIN_GROUPS_FUSED = 256), with its long-sequence hand-over; 4 sequences (64 groups) keep
-// the cluster kernel; 20 decodes (320 groups, at most 2 per block on the H200)
+// (from GDN_TMA_MIN_GROUPS_FUSED* = 128 or 256 groups), with its long-sequence hand-over; 4
+// sequences (64 groups) keep the cluster kernel; 8 decodes (128 groups) run the pipelined step (the
+// threshold of one-token batches and 16-bit state); 20 decodes (320 groups, at most 2 per block on the H200)
 // run the pipelined step with its conv prologue (TmaGrid::pre); 30 decodes and 5 prefills (560
 // groups, 2-3 per block on the H200) give blocks whose prologue, where forced (the pre: pass), stops
 // at a prefill after a decode's group. Each equals the CPU and, in z and the conv pool, the
@@ -125,7 +126,7 @@ class CudaFusedDefault : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaFusedDefault, ModelShapeBatchesMatchTheCpu) {
   GRAPH_SKIP_WITHOUT_GPU();
-  for (const int kind : {1, 0, 2, 3}) {  // 1: large mixed, 0: small, 2: one-token sequences only, 3: below
+  for (const int kind : {1, 0, 2, 3, 4}) {  // 1: large mixed, 0: small, 2: one-token sequences only, 3: below, 4: 8 decodes
     Rng r(9700u + kind + (GetParam() == DType::kFloat32 ? 10 : 0));
     AttnProblem p;
     p.act = DType::kBFloat16; p.ssm_dtype = GetParam(); p.H = 16; p.HV = 32; p.K = 128; p.V = 128; p.cols = 4;
@@ -133,7 +134,8 @@ TEST_P(CudaFusedDefault, ModelShapeBatchesMatchTheCpu) {
     if (kind == 1) m.n_prefill = 2, m.max_prefill = 12, m.n_decode = 8, m.n_spec = 6;
     else if (kind == 0) m.n_prefill = 1, m.n_decode = 1, m.n_spec = 1, m.n_pad_ns = 1, m.n_pad_spec = 0;
     else if (kind == 2) m.n_prefill = 0, m.n_decode = 20, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
-    else m.n_prefill = 5, m.max_prefill = 12, m.n_decode = 30, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
+    else if (kind == 3) m.n_prefill = 5, m.max_prefill = 12, m.n_decode = 30, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
+    else m.n_prefill = 0, m.n_decode = 8, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
     make_mixed_batch(p, r, m);
     fill_attention_data(p, r);
     SCOPED_TRACE(describe(p));

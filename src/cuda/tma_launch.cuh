@@ -54,7 +54,7 @@ TmaShape tma_shape(int dev) {
 // one-launch step): sm_90 code on an sm_90+ device, dense "vk" state,
 // K = 128, V a multiple of the item rows, 16-byte aligned inputs (q/k/v rows; fused: the qkvz rows
 // and the conv pool's slots), at least GDN_TMA_MIN_SEQHEADS_* sequence-heads (fused:
-// GDN_TMA_MIN_GROUPS_FUSED (sequence, key head) groups) and on average at most
+// GDN_TMA_MIN_GROUPS_FUSED* (sequence, key head) groups) and on average at most
 // 4 tokens per sequence (a persistent block's items run one after another: long prefills keep the
 // dynamically scheduled kernels). nullopt: not launched (the caller's other kernels run).
 template <typename TAct, typename TS, int KP, bool kFused>
@@ -76,9 +76,11 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
     }
     if constexpr (kFused) {
       // The fused step shares whole (sequence, key head) groups among its blocks: from
-      // GDN_TMA_MIN_GROUPS_FUSED groups on (H200, bench/RESULTS.md step 42: faster than the cluster
-      // kernel of fused_step.cuh at 256 groups and more, slower at 64: f32 23.0 vs 13.9 µs).
-      if (!force && nseq * p.H < GDN_TMA_MIN_GROUPS_FUSED) return std::nullopt;
+      // GDN_TMA_MIN_GROUPS_FUSED* groups on (tma_layout.cuh; bench/RESULTS.md steps 42 and 97).
+      const int64_t min_groups = sizeof(TS) == 2       ? GDN_TMA_MIN_GROUPS_FUSED_16
+                                 : multi_token(p, nseq) ? GDN_TMA_MIN_GROUPS_FUSED
+                                                        : GDN_TMA_MIN_GROUPS_FUSED_1;
+      if (!force && nseq * p.H < min_groups) return std::nullopt;
       if (!aligned16(p.src.qkvz, p.src.qkvz_rs, sizeof(TAct)) ||
           !aligned16(p.conv.state, p.conv.slot_stride, sizeof(TAct)) || p.conv.D % 8 != 0 || p.conv.W < 2 ||
           p.conv.W > kMaxW || p.src.proj.K != KP || p.src.proj.V % 8 != 0)

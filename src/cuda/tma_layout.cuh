@@ -46,8 +46,19 @@ namespace gdn::cuda {
 #ifndef GDN_TMA_MIN_SEQHEADS_16
 #define GDN_TMA_MIN_SEQHEADS_16 384
 #endif
-#ifndef GDN_TMA_MIN_GROUPS_FUSED  // gdn_attention's step: sequences x key heads
+// gdn_attention's step: from how many (sequence, key head) groups the pipelined step runs instead of
+// the cluster kernel (fused_step.cuh). H200 (bench/RESULTS.md step 97): at 128 groups the cluster
+// kernel needs a second wave of clusters and the pipelined step is faster for 16-bit state (-6 to
+// -35%) and float32 one-token batches (-13 to -16%), slower for float32 verify batches of the
+// Qwen3-Next shapes (+5 to +8%); at 64 groups it is slower for all (+9 to +200%).
+#ifndef GDN_TMA_MIN_GROUPS_FUSED  // float32 state, 2 or more tokens per sequence on average
 #define GDN_TMA_MIN_GROUPS_FUSED 256
+#endif
+#ifndef GDN_TMA_MIN_GROUPS_FUSED_1  // float32 state, one-token batches
+#define GDN_TMA_MIN_GROUPS_FUSED_1 128
+#endif
+#ifndef GDN_TMA_MIN_GROUPS_FUSED_16  // 16-bit state
+#define GDN_TMA_MIN_GROUPS_FUSED_16 128
 #endif
 #ifndef GDN_TMA_EVICT  // state tiles loaded with an L2 evict-first policy (read once)
 #define GDN_TMA_EVICT 1
