@@ -17,6 +17,8 @@
 #pragma once
 #include <optional>
 
+#include <cuda_pipeline.h>
+
 #include "cuda/rec_common.cuh"
 
 namespace gdn::cuda {
@@ -70,15 +72,32 @@ namespace gdn::cuda {
 #define GDN_REC_LEAN_MB_16 32
 #endif
 
-template <typename TState>
+// kStaged (16-bit state): the block's GDN_REC_STAGE_ROWS rows of state copied into shared memory
+// with cp.async at its start (no registers hold the bytes in flight: 32 blocks of 4 KB per SM),
+// then run GDN_REC_STAGE_R rows per lane at a time from there. GDN_REC_STAGED in the environment:
+// 1 wherever the 16-bit lean kernel runs (tests, A/B), 0 never.
+#ifndef GDN_REC_STAGE_ROWS
+#define GDN_REC_STAGE_ROWS 16
+#endif
+#ifndef GDN_REC_STAGE_R
+#define GDN_REC_STAGE_R 2
+#endif
+#ifndef GDN_REC_STAGE_MB
+#define GDN_REC_STAGE_MB 32
+#endif
+
+template <typename TState, bool kStaged = false>
 struct LeanTraits {
   static constexpr bool kWide = sizeof(TState) == 4;
-  static constexpr int kLanes = kWide ? GDN_REC_LEAN_LANES : GDN_REC_LEAN_LANES_16, kGroups = 32 / kLanes, kRows = 8;
-  static constexpr int kMinBlocks = kWide ? GDN_REC_LEAN_MB : GDN_REC_LEAN_MB_16;
+  static constexpr int kLanes = kWide ? GDN_REC_LEAN_LANES : GDN_REC_LEAN_LANES_16, kGroups = 32 / kLanes;
+  static constexpr int kRows = kStaged ? GDN_REC_STAGE_ROWS : 8;  // a block's rows
+  static constexpr int kMinBlocks = kStaged ? GDN_REC_STAGE_MB : kWide ? GDN_REC_LEAN_MB : GDN_REC_LEAN_MB_16;
   static constexpr bool kScatter = kWide && GDN_REC_LEAN_SCATTER;
-  static constexpr int kRowsPerLane = kRows / kGroups;
+  static constexpr int kRowsPerLane = kStaged ? GDN_REC_STAGE_R : kRows / kGroups;  // per pass
+  static constexpr int kPasses = kRows / (kRowsPerLane * kGroups);
   static constexpr int kEPL = 128 / kLanes;  // K = 128
   static_assert(kLanes == 16 || kLanes == 32, "16 or 32 lanes per row");
+  static_assert(!kStaged || (!kWide && kPasses * kRowsPerLane * kGroups == kRows), "staged: 16-bit, whole passes");
 };
 
 // kSpec: every sequence of the launch is a verify one (SPEC.md §3: the state read from column
@@ -86,16 +105,16 @@ struct LeanTraits {
 // columns below kLeanCols come with the metadata, later ones are loaded when used: column 0 and
 // the kNearCols after it, as resolve_seq does for the general kernels).
 constexpr int kLeanCols = 1 + kNearCols;
-template <typename TAct, typename TState, bool kSpec = false>
-__global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocks)
+template <typename TAct, typename TState, bool kSpec = false, bool kStaged = false>
+__global__ void __launch_bounds__(32, (LeanTraits<TState, kStaged>::kMinBlocks))
     recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
-  using Tr = LeanTraits<TState>;
+  using Tr = LeanTraits<TState, kStaged>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane;
   constexpr int EPL = Tr::kEPL, KP = L * EPL;
   const int lane = threadIdx.x, ln = lane % L;
   const int hv = blockIdx.y, h = hv / p.r;
   const int v0 = blockIdx.x * Tr::kRows;  // the block's first row
-  const int row0 = v0 + lane / L;         // this lane group's row j: row0 + j G
+  const int row0 = v0 + lane / L;         // this lane group's row j (of pass 0): row0 + j G
   const SeqRef sq = seq_ref(p, blockIdx.z);
   const GroupMeta& g = p.group[sq.gi];
   const int64_t i = sq.i;
@@ -135,21 +154,35 @@ __global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocks)
   auto usable = [&](int32_t sl) { return rules::slot_valid(sl, p.num_slots, p.has_null, p.null_id); };
   const bool pad = !usable(col[0]) || (kSpec && !usable(slot));  // as resolve_seq
 
-  // this lane's elements of row j of the state in slot `sl`: at(sl) + j G K
+  // this lane's elements of row j (of pass 0) of the state in slot `sl`: at(sl) + j G K
   auto at = [&](int32_t sl) {
     return static_cast<TState*>(p.state) + static_cast<int64_t>(sl) * p.state_slot_stride +
            (static_cast<int64_t>(hv) * p.V + row0) * KP + ln * EPL;
   };
   TState* const sp = at(slot);
   float s[R][EPL];
+  __shared__ alignas(16) TState s_tile[kStaged ? Tr::kRows * KP : 1];  // staged: the block's rows
+  if constexpr (kStaged) {  // copied into shared memory, 16 bytes per lane and copy
+    static_assert(EPL * sizeof(TState) == 16, "a lane's part of a row is one 16-byte vector");
+    if (!pad && init) {
+      const TState* src = sp - (row0 - v0) * KP - ln * EPL;  // row v0, element 0
+      constexpr int kVecs = Tr::kRows * KP * static_cast<int>(sizeof(TState)) / 16;
 #pragma unroll
-  for (int j = 0; j < R; ++j) {
+      for (int c = lane; c < kVecs; c += 32)
+        __pipeline_memcpy_async(reinterpret_cast<uint4*>(s_tile) + c, reinterpret_cast<const uint4*>(src) + c, 16);
+      __pipeline_commit();
+    }
+  } else {
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
-    if (!pad && init) load_vec<TState, EPL>(sp + j * G * KP, s[j]);
+    for (int j = 0; j < R; ++j) {
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
+      if (!pad && init) load_vec<TState, EPL>(sp + j * G * KP, s[j]);
+    }
   }
   if (pad) {
-    zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
+#pragma unroll
+    for (int c = 0; c < Tr::kPasses; ++c) zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0 + c * R * G, ln);
     return;
   }
   // A_log's and dt_bias's words (branch-free loads, in flight beside the state)
@@ -157,33 +190,77 @@ __global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocks)
   const uint32_t dw0 = load_param_word(p.dt_bias, hv, 0), dw1 = load_param_word(p.dt_bias, hv, 1);
   const float A = -expf(p.A_log.from_bits(make_uint2(aw0, aw1))), dtb = p.dt_bias.from_bits(make_uint2(dw0, dw1));
   const int qo = h * KP + ln * EPL, vo = hv * p.V + row0, oo = vo + ln * G;  // offsets within a token's row
-  for (int t = 0; t < static_cast<int>(tr.len); ++t) {
-    const int64_t row = tr.begin + t;
-    float qr[EPL], kr[EPL], vr[R];
-    load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
-    load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
-    const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + vo;
+  // v of this lane's rows of pass c; token t's k^, q^ and gates (with v of pass c's rows)
+  auto load_v = [&](int64_t row, int c, float (&vr)[R]) {
+    const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + vo + c * R * G;
 #pragma unroll
     for (int j = 0; j < R; ++j) vr[j] = to_float(v[j * G]);
+  };
+  auto inputs = [&](int64_t row, int c, float (&qr)[EPL], float (&kr)[EPL], float (&vr)[R]) {
+    load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
+    load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
+    load_v(row, c, vr);
     const float av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
     const float bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
-    const TokenGates tg = prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr);
+    return prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr);
+  };
+  // token t on pass c's rows: o, and a verify sequence's state into column t's slot
+  auto step = [&](int t, int c, const float (&qr)[EPL], const float (&kr)[EPL], const float (&vr)[R], TokenGates tg) {
+    const int64_t row = tr.begin + t;
     const float mine = recur_rows<L, G, R, EPL, Tr::kScatter>(s, kr, qr, tg, [&](int j) { return vr[j]; }, ln);
-    if (ln < R) static_cast<TAct*>(p.o)[row * p.o_rs + oo] = from_float<TAct>(mine);
+    if (ln < R) static_cast<TAct*>(p.o)[row * p.o_rs + oo + c * R * G] = from_float<TAct>(mine);
     if constexpr (kSpec) {
       if (t < g.cols) {
         const int32_t dst = col_slot(t);
         if (usable(dst)) {
-          TState* const dp = at(dst);
+          TState* const dp = at(dst) + c * R * G * KP;
 #pragma unroll
           for (int j = 0; j < R; ++j) store_vec<TState, EPL>(dp + j * G * KP, s[j]);
         }
       }
     }
-  }
-  if constexpr (!kSpec) {
+  };
+  if constexpr (kStaged) {
+    float q0[EPL], k0[EPL], v0r[R];
+    const TokenGates tg0 = inputs(tr.begin, 0, q0, k0, v0r);  // token 0's, while the copies land
+    __pipeline_wait_prior(0);
+    __syncwarp();
+    for (int c = 0; c < Tr::kPasses; ++c) {
 #pragma unroll
-    for (int j = 0; j < R; ++j) store_vec<TState, EPL>(sp + j * G * KP, s[j]);
+      for (int j = 0; j < R; ++j) {
+        const int lrow = lane / L + (c * R + j) * G;  // the row within the block
+        uint4 u = make_uint4(0u, 0u, 0u, 0u);         // (zero bits: 0.f)
+        if (init) u = *reinterpret_cast<const uint4*>(s_tile + lrow * KP + ln * EPL);
+        const TState* e = reinterpret_cast<const TState*>(&u);
+#pragma unroll
+        for (int i = 0; i < EPL; ++i) s[j][i] = to_float(e[i]);
+      }
+      for (int t = 0; t < static_cast<int>(tr.len); ++t) {
+        float qr[EPL], kr[EPL], vr[R];
+        if (t > 0) {
+          step(t, c, qr, kr, vr, inputs(tr.begin + t, c, qr, kr, vr));
+        } else if (c > 0) {
+          load_v(tr.begin, c, vr);
+          step(0, c, q0, k0, vr, tg0);
+        } else {
+          step(0, 0, q0, k0, v0r, tg0);
+        }
+      }
+      if constexpr (!kSpec) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) store_vec<TState, EPL>(sp + (c * R + j) * G * KP, s[j]);
+      }
+    }
+  } else {
+    for (int t = 0; t < static_cast<int>(tr.len); ++t) {
+      float qr[EPL], kr[EPL], vr[R];
+      const TokenGates tg = inputs(tr.begin + t, 0, qr, kr, vr);
+      step(t, 0, qr, kr, vr, tg);
+    }
+    if constexpr (!kSpec) {
+#pragma unroll
+      for (int j = 0; j < R; ++j) store_vec<TState, EPL>(sp + j * G * KP, s[j]);
+    }
   }
 }
 
@@ -221,6 +298,14 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
   // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
   chosen = chosen && !env_equals("GDN_CUDA_TMA", "1");
   if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;
+  if constexpr (sizeof(TS) == 2) {  // the staged form (GDN_REC_STAGED=1: wherever it can run)
+    if (p.V % LeanTraits<TS, true>::kRows == 0 && env_equals("GDN_REC_STAGED", "1")) {
+      const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS, true>::kRows), static_cast<unsigned>(p.HV),
+                      static_cast<unsigned>(nseq));
+      return Launch(grid, 32, 0, stream)(
+          spec ? recurrent_lean_kernel<TAct, TS, true, true> : recurrent_lean_kernel<TAct, TS, false, true>, p);
+    }
+  }
   const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
                   static_cast<unsigned>(nseq));
   return Launch(grid, 32, 0, stream)(
