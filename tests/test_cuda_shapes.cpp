@@ -18,8 +18,9 @@
 //     one column, "skewed" batches (2 tokens in every other sequence, none in the rest) and "long"
 //     ones (7 and 1 tokens alternating: tokens past the 4 staged ones), and "padded" one-token
 //     batches (float32 at N = 4, 12, 16, bf16 at N = 12: every fourth sequence on the null slot,
-//     one with zero tokens, one of 2 tokens without an initial state); outputs and every state slot
-//     against the CPU backend. (ctest also runs every CUDA test with GDN_CUDA_TMA=1, so N = 2 and
+//     one with zero tokens, one of 2 tokens without an initial state), and 16-bit decode and padded
+//     one-token batches at N = 64 (2048 sequence-heads: the lean kernel's staged form); outputs and
+//     every state slot against the CPU backend. (ctest also runs every CUDA test with GDN_CUDA_TMA=1, so N = 2 and
 //     the golden and property tests reach the pipelined kernel too.)
 // Tolerances: same float32 math in another summation order; outputs are bf16: rel L2 1e-2; states
 // rel L2 1e-5 in float32, 1e-2 in 16 bits (a rounding of the stored state may differ).
@@ -128,6 +129,9 @@ std::vector<ShapeParam> shape_params() {
   for (int64_t n : {4, 12, 16}) v.push_back({DType::kFloat32, n, Mode::kPadded});
   for (int64_t n : {4, 16}) v.push_back({DType::kFloat32, n, Mode::kVerify6});
   v.push_back({DType::kBFloat16, 12, Mode::kPadded});
+  // 16-bit one-token batches of 2048 sequence-heads: the lean kernel's staged form by default
+  for (DType st : {DType::kBFloat16, DType::kFloat16}) v.push_back({st, 64, Mode::kDecode});
+  v.push_back({DType::kBFloat16, 64, Mode::kPadded});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaShapes, ::testing::ValuesIn(shape_params()), shape_name);

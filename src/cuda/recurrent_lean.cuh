@@ -3,7 +3,8 @@
 // non-spec or all verify ones, int32 query_start_loc, state indices and num_accepted, no token
 // remap, dense "vk" state of K = 128, V a multiple of 8, 16-byte aligned q / k rows.
 // recurrent_kernel handles every batch; this kernel runs the same recurrence (rec_common.cuh's
-// prep_regs and recur_rows) for the batches it takes.
+// prep_regs and recur_rows) for the batches it takes. Its staged form (16-bit state, large one-token
+// batches) first copies the block's rows into shared memory (see kStaged below).
 //   grid  = (V / 8, HV, sequences of both groups), block = one warp owning 8 rows of one
 //           (sequence, value head): float32 state with 32 lanes per row (every lane holds 4
 //           elements of each of the 8 rows, FLA's layout), 16-bit state with 16 lanes per row.
@@ -23,7 +24,7 @@
 
 namespace gdn::cuda {
 
-// Where the plain recurrence takes this kernel by default (H200, bench/RESULTS.md steps 93-95, the
+// Where the plain recurrence takes this kernel by default (H200, bench/RESULTS.md steps 93-95 and 98, the
 // kernel forced against the other choices over the three model shapes):
 //   float32 state: verify batches of 2 or more tokens per sequence on average, at every size (-4 to
 //   -27%); one-token batches of <= GDN_REC_LEAN_MID_LO or >= GDN_REC_LEAN_MID_HI sequence-heads
@@ -31,7 +32,8 @@ namespace gdn::cuda {
 //   16-bit state: one-token batches of <= GDN_REC_LEAN_16_MAX or GDN_REC_LEAN_16_BAND_LO..HI
 //   sequence-heads (256: -13 to -22%, Qwen3-Next TP1 N = 8 and TP4 N = 32, where the other kernels
 //   change shape; 192 and 384, Qwen3.6-27B N = 4 and 8: +15%), verify batches of <=
-//   GDN_REC_LEAN_16_VERIFY_MAX (larger ones: +3 to +11%; one-token ones from 512: +8 to +36%).
+//   GDN_REC_LEAN_16_VERIFY_MAX (larger ones: +3 to +11%; one-token ones from 512: +8 to +36%), and
+//   in the staged form (below) one-token batches of >= GDN_REC_STAGED_MIN sequence-heads.
 // GDN_REC_LEAN in the environment: 0 never, 1 wherever it can run (tests, A/B); GDN_REC_LEAN_VERIFY=0:
 // no verify batch by default; GDN_REC_LEAN_16=0: no 16-bit batch by default; GDN_CUDA_TMA=1 without
 // GDN_REC_LEAN=1: never (the pipelined kernel's test pass).
@@ -73,17 +75,25 @@ namespace gdn::cuda {
 #endif
 
 // kStaged (16-bit state): the block's GDN_REC_STAGE_ROWS rows of state copied into shared memory
-// with cp.async at its start (no registers hold the bytes in flight: 32 blocks of 4 KB per SM),
-// then run GDN_REC_STAGE_R rows per lane at a time from there. GDN_REC_STAGED in the environment:
-// 1 wherever the 16-bit lean kernel runs (tests, A/B), 0 never.
+// with cp.async at its start (the bytes in flight held by no register), then GDN_REC_STAGE_R rows
+// per lane at a time from there (32 rows, 4 per lane, 20 blocks per SM: 96 registers, 24 B of spills, 8 KB
+// in flight per block). H200 (bench/RESULTS.md step 98, against the pipelined kernel that took these
+// batches): one-token batches of >= GDN_REC_STAGED_MIN sequence-heads -1.4 to -4.4% (bf16 decode
+// TP1 N = 64 43.2 -> 42.3 µs); 512-1536 sequence-heads +1.7 to +6.5%, verify batches +0.3 to +130%;
+// 16 rows per block at 32 blocks (4 KB each, 40 B of spills) and 32 rows of 2 per lane at 24
+// blocks measured -3 to +3% and -5 to +19%. GDN_REC_STAGED in the environment: 1 wherever the
+// 16-bit lean kernel runs (tests, A/B), 0 never.
 #ifndef GDN_REC_STAGE_ROWS
-#define GDN_REC_STAGE_ROWS 16
+#define GDN_REC_STAGE_ROWS 32
 #endif
 #ifndef GDN_REC_STAGE_R
-#define GDN_REC_STAGE_R 2
+#define GDN_REC_STAGE_R 4
 #endif
 #ifndef GDN_REC_STAGE_MB
-#define GDN_REC_STAGE_MB 32
+#define GDN_REC_STAGE_MB 20
+#endif
+#ifndef GDN_REC_STAGED_MIN
+#define GDN_REC_STAGED_MIN 2048
 #endif
 
 template <typename TState, bool kStaged = false>
@@ -286,20 +296,24 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
   if (!lean_applies<TAct, TS>(p, spec)) return std::nullopt;
   const int64_t sh = nseq * p.HV;
   const bool verify = spec && multi_token(p, nseq), one = batch_tokens(p) <= nseq;
+  // 16-bit state: the staged form for large one-token batches (GDN_REC_STAGED=1: wherever it can run)
+  const bool stage = sizeof(TS) == 2 && p.V % LeanTraits<TS, true>::kRows == 0 &&
+                     !env_equals("GDN_REC_STAGED", "0") &&
+                     (env_equals("GDN_REC_STAGED", "1") || (one && sh >= GDN_REC_STAGED_MIN));
   bool chosen;
   if constexpr (sizeof(TS) == 4)
     chosen = verify ? !env_equals("GDN_REC_LEAN_VERIFY", "0")
                     : one && (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI);
   else
     chosen = (verify ? sh <= GDN_REC_LEAN_16_VERIFY_MAX && !env_equals("GDN_REC_LEAN_VERIFY", "0")
-                     : one && (sh <= GDN_REC_LEAN_16_MAX ||
+                     : one && (sh <= GDN_REC_LEAN_16_MAX || stage ||
                                (sh >= GDN_REC_LEAN_16_BAND_LO && sh <= GDN_REC_LEAN_16_BAND_HI))) &&
              !env_equals("GDN_REC_LEAN_16", "0");
   // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
   chosen = chosen && !env_equals("GDN_CUDA_TMA", "1");
   if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;
-  if constexpr (sizeof(TS) == 2) {  // the staged form (GDN_REC_STAGED=1: wherever it can run)
-    if (p.V % LeanTraits<TS, true>::kRows == 0 && env_equals("GDN_REC_STAGED", "1")) {
+  if constexpr (sizeof(TS) == 2) {
+    if (stage) {
       const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS, true>::kRows), static_cast<unsigned>(p.HV),
                       static_cast<unsigned>(nseq));
       return Launch(grid, 32, 0, stream)(

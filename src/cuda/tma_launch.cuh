@@ -77,9 +77,9 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
     if constexpr (kFused) {
       // The fused step shares whole (sequence, key head) groups among its blocks: from
       // GDN_TMA_MIN_GROUPS_FUSED* groups on (tma_layout.cuh; bench/RESULTS.md steps 42 and 97).
-      const int64_t min_groups = sizeof(TS) == 2       ? GDN_TMA_MIN_GROUPS_FUSED_16
-                                 : multi_token(p, nseq) ? GDN_TMA_MIN_GROUPS_FUSED
-                                                        : GDN_TMA_MIN_GROUPS_FUSED_1;
+      const int64_t min_groups = !multi_token(p, nseq) ? GDN_TMA_MIN_GROUPS_FUSED_1
+                                 : sizeof(TS) == 2      ? GDN_TMA_MIN_GROUPS_FUSED_16
+                                                        : GDN_TMA_MIN_GROUPS_FUSED;
       if (!force && nseq * p.H < min_groups) return std::nullopt;
       if (!aligned16(p.src.qkvz, p.src.qkvz_rs, sizeof(TAct)) ||
           !aligned16(p.conv.state, p.conv.slot_stride, sizeof(TAct)) || p.conv.D % 8 != 0 || p.conv.W < 2 ||

@@ -47,17 +47,18 @@ namespace gdn::cuda {
 #define GDN_TMA_MIN_SEQHEADS_16 384
 #endif
 // gdn_attention's step: from how many (sequence, key head) groups the pipelined step runs instead of
-// the cluster kernel (fused_step.cuh). H200 (bench/RESULTS.md step 97): at 128 groups the cluster
-// kernel needs a second wave of clusters and the pipelined step is faster for 16-bit state (-6 to
-// -35%) and float32 one-token batches (-13 to -16%), slower for float32 verify batches of the
-// Qwen3-Next shapes (+5 to +8%); at 64 groups it is slower for all (+9 to +200%).
+// the cluster kernel (fused_step.cuh). H200 (bench/RESULTS.md steps 42, 97 and 98, both forced at
+// 64-128 groups and 256): one-token batches from 96 groups (float32 -6 to -16%, 16-bit -4 to -37%;
+// at 80: +1 to +32% for float32, 16-bit +4 to +5% but -26% for Qwen3.6-27B's 12-block clusters);
+// 16-bit verify batches from 128 (-5 to -15%; at 112: -3% to +25%); float32 verify batches from 256
+// (at 128: +4 to +7% for the Qwen3-Next shapes, -2% for Qwen3.6-27B; 144-240 not measured).
 #ifndef GDN_TMA_MIN_GROUPS_FUSED  // float32 state, 2 or more tokens per sequence on average
 #define GDN_TMA_MIN_GROUPS_FUSED 256
 #endif
-#ifndef GDN_TMA_MIN_GROUPS_FUSED_1  // float32 state, one-token batches
-#define GDN_TMA_MIN_GROUPS_FUSED_1 128
+#ifndef GDN_TMA_MIN_GROUPS_FUSED_1  // batches of one token per sequence (on average: fewer than 2)
+#define GDN_TMA_MIN_GROUPS_FUSED_1 96
 #endif
-#ifndef GDN_TMA_MIN_GROUPS_FUSED_16  // 16-bit state
+#ifndef GDN_TMA_MIN_GROUPS_FUSED_16  // 16-bit state, 2 or more tokens per sequence on average
 #define GDN_TMA_MIN_GROUPS_FUSED_16 128
 #endif
 #ifndef GDN_TMA_EVICT  // state tiles loaded with an L2 evict-first policy (read once)
