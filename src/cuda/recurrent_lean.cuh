@@ -297,9 +297,10 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
   const int64_t sh = nseq * p.HV;
   const bool verify = spec && multi_token(p, nseq), one = batch_tokens(p) <= nseq;
   // 16-bit state: the staged form for large one-token batches (GDN_REC_STAGED=1: wherever it can run)
-  const bool stage = sizeof(TS) == 2 && p.V % LeanTraits<TS, true>::kRows == 0 &&
-                     !env_equals("GDN_REC_STAGED", "0") &&
-                     (env_equals("GDN_REC_STAGED", "1") || (one && sh >= GDN_REC_STAGED_MIN));
+  bool stage = false;
+  if constexpr (sizeof(TS) == 2)
+    stage = p.V % LeanTraits<TS, true>::kRows == 0 && !env_equals("GDN_REC_STAGED", "0") &&
+            (env_equals("GDN_REC_STAGED", "1") || (one && sh >= GDN_REC_STAGED_MIN));
   bool chosen;
   if constexpr (sizeof(TS) == 4)
     chosen = verify ? !env_equals("GDN_REC_LEAN_VERIFY", "0")
