@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
 // The default kernel choice at the Qwen3-Next TP1 shape (H 16, HV 32, K = V 128, bf16
 // activations): 18 sequences (8 decodes, 6 verify, 2 prefills of up to 12 tokens, 2 padding) are
 // 288 (sequence, key head) groups, so on sm_90 the default runs the pipelined fused step
-// (from GDN_TMA_MIN_GROUPS_FUSED* = 96, 128 or 256 groups), with its long-sequence hand-over; 4
+// (from GDN_TMA_MIN_GROUPS_FUSED* = 96, 128 or 192 groups), with its long-sequence hand-over; 4
 // sequences (64 groups) keep the cluster kernel; 8 decodes (128 groups) run the pipelined step (the
 // threshold of one-token batches is 96 groups); 20 decodes (320 groups, at most 2 per block on the H200)
 // run the pipelined step with its conv prologue (TmaGrid::pre); 30 decodes and 5 prefills (560

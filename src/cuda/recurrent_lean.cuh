@@ -76,13 +76,13 @@ namespace gdn::cuda {
 
 // kStaged (16-bit state): the block's GDN_REC_STAGE_ROWS rows of state copied into shared memory
 // with cp.async at its start (the bytes in flight held by no register), then GDN_REC_STAGE_R rows
-// per lane at a time from there (32 rows, 4 per lane, 20 blocks per SM: 96 registers, 24 B of spills, 8 KB
-// in flight per block). H200 (bench/RESULTS.md step 98, against the pipelined kernel that took these
-// batches): one-token batches of >= GDN_REC_STAGED_MIN sequence-heads -1.4 to -4.4% (bf16 decode
-// TP1 N = 64 43.2 -> 42.3 µs); 512-1536 sequence-heads +1.7 to +6.5%, verify batches +0.3 to +130%;
-// 16 rows per block at 32 blocks (4 KB each, 40 B of spills) and 32 rows of 2 per lane at 24
-// blocks measured -3 to +3% and -5 to +19%. GDN_REC_STAGED in the environment: 1 wherever the
-// 16-bit lean kernel runs (tests, A/B), 0 never.
+// per lane at a time from there (32 rows, 4 per lane, 20 blocks per SM: 96 registers, 24 B of
+// spills, 8 KB in flight per block). H200 (bench/RESULTS.md step 98, against the pipelined kernel
+// that took these batches): one-token batches of >= GDN_REC_STAGED_MIN sequence-heads -1.4 to -4.4%
+// (bf16 decode TP1 N = 64 43.2 -> 42.3 µs); 512-1536 sequence-heads +1.7 to +6.9%, verify batches
+// +0.3 to +140%. 16 rows per block at 32 blocks (4 KB each, 40 B of spills) measured -0.3 to +3.1%
+// from 2048, 32 rows of 2 per lane at 24 blocks -0.3 to -5.1% (+19% at 512). GDN_REC_STAGED in the
+// environment: 1 wherever the 16-bit lean kernel runs (tests, A/B), 0 never.
 #ifndef GDN_REC_STAGE_ROWS
 #define GDN_REC_STAGE_ROWS 32
 #endif

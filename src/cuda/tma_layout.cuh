@@ -50,10 +50,10 @@ namespace gdn::cuda {
 // the cluster kernel (fused_step.cuh). H200 (bench/RESULTS.md steps 42, 97 and 98, both forced at
 // 64-128 groups and 256): one-token batches from 96 groups (float32 -6 to -16%, 16-bit -4 to -37%;
 // at 80: +1 to +32% for float32, 16-bit +4 to +5% but -26% for Qwen3.6-27B's 12-block clusters);
-// 16-bit verify batches from 128 (-5 to -15%; at 112: -3% to +25%); float32 verify batches from 256
-// (at 128: +4 to +7% for the Qwen3-Next shapes, -2% for Qwen3.6-27B; 144-240 not measured).
+// 16-bit verify batches from 128 (-5 to -15%; at 112: -3% to +25%); float32 verify batches from 192
+// (-11 to -14% at 192 and 224; at 160: +12 to +14% for the Qwen3-Next shapes, -14% for Qwen3.6-27B).
 #ifndef GDN_TMA_MIN_GROUPS_FUSED  // float32 state, 2 or more tokens per sequence on average
-#define GDN_TMA_MIN_GROUPS_FUSED 256
+#define GDN_TMA_MIN_GROUPS_FUSED 192
 #endif
 #ifndef GDN_TMA_MIN_GROUPS_FUSED_1  // batches of one token per sequence (on average: fewer than 2)
 #define GDN_TMA_MIN_GROUPS_FUSED_1 96
