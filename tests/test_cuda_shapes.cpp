@@ -20,8 +20,8 @@
 //     batches (float32 at N = 4, 12, 16, bf16 at N = 12: every fourth sequence on the null slot,
 //     one with zero tokens, one of 2 tokens without an initial state), and 16-bit decode and padded
 //     one-token batches at N = 64 (2048 sequence-heads: the lean kernel's staged form); outputs and
-//     every state slot against the CPU backend. (ctest also runs every CUDA test with GDN_CUDA_TMA=1, so N = 2 and
-//     the golden and property tests reach the pipelined kernel too.)
+//     every state slot against the CPU backend. (ctest also runs every CUDA test with
+//     GDN_CUDA_TMA=1, so N = 2 and the golden and property tests reach the pipelined kernel too.)
 // Tolerances: same float32 math in another summation order; outputs are bf16: rel L2 1e-2; states
 // rel L2 1e-5 in float32, 1e-2 in 16 bits (a rounding of the stored state may differ).
 #include <optional>

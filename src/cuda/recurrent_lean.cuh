@@ -7,7 +7,8 @@
 // batches) first copies the block's rows into shared memory (see kStaged below).
 //   grid  = (V / 8, HV, sequences of both groups), block = one warp owning 8 rows of one
 //           (sequence, value head): float32 state with 32 lanes per row (every lane holds 4
-//           elements of each of the 8 rows, FLA's layout), 16-bit state with 16 lanes per row.
+//           elements of each of the 8 rows, FLA's layout), 16-bit state with 16 lanes per row;
+//           staged form: V / 32 blocks per (sequence, value head), 32 rows each.
 // Each lane loads its own elements of q and k (vectors), the v values of its rows and a, b
 // straight into registers: no shared memory, no barrier, no dtype or index-width branches.
 // bench/RESULTS.md step 93: recurrent_kernel executed 1 071 instructions per warp against FLA's 631
@@ -248,7 +249,8 @@ __global__ void __launch_bounds__(32, (LeanTraits<TState, kStaged>::kMinBlocks))
       for (int t = 0; t < static_cast<int>(tr.len); ++t) {
         float qr[EPL], kr[EPL], vr[R];
         if (t > 0) {
-          step(t, c, qr, kr, vr, inputs(tr.begin + t, c, qr, kr, vr));
+          const TokenGates tg = inputs(tr.begin + t, c, qr, kr, vr);
+          step(t, c, qr, kr, vr, tg);
         } else if (c > 0) {
           load_v(tr.begin, c, vr);
           step(0, c, q0, k0, vr, tg0);
