@@ -117,7 +117,8 @@ INSTANTIATE_TEST_SUITE_P(
 // 288 (sequence, key head) groups, so on sm_90 the default runs the pipelined fused step
 // (from GDN_TMA_MIN_GROUPS_FUSED* = 96, 128 or 192 groups), with its long-sequence hand-over; 4
 // sequences (64 groups) keep the cluster kernel; 8 decodes (128 groups) run the pipelined step (the
-// threshold of one-token batches is 96 groups); 20 decodes (320 groups, at most 2 per block on the H200)
+// threshold of one-token batches is 96 groups); 13 verify sequences (208 groups) run it too (float32
+// verify batches from 192 groups, 16-bit from 128); 20 decodes (320 groups, at most 2 per block on the H200)
 // run the pipelined step with its conv prologue (TmaGrid::pre); 30 decodes and 5 prefills (560
 // groups, 2-3 per block on the H200) give blocks whose prologue, where forced (the pre: pass), stops
 // at a prefill after a decode's group. Each equals the CPU and, in z and the conv pool, the
@@ -126,7 +127,8 @@ class CudaFusedDefault : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaFusedDefault, ModelShapeBatchesMatchTheCpu) {
   GRAPH_SKIP_WITHOUT_GPU();
-  for (const int kind : {1, 0, 2, 3, 4}) {  // 1: large mixed, 0: small, 2: one-token sequences only, 3: below, 4: 8 decodes
+  for (const int kind : {1, 0, 2, 3, 4, 5}) {  // 1: large mixed, 0: small, 2: one-token sequences only,
+                                               // 3: below, 4: 8 decodes, 5: 13 verify sequences
     Rng r(9700u + kind + (GetParam() == DType::kFloat32 ? 10 : 0));
     AttnProblem p;
     p.act = DType::kBFloat16; p.ssm_dtype = GetParam(); p.H = 16; p.HV = 32; p.K = 128; p.V = 128; p.cols = 4;
@@ -135,7 +137,8 @@ TEST_P(CudaFusedDefault, ModelShapeBatchesMatchTheCpu) {
     else if (kind == 0) m.n_prefill = 1, m.n_decode = 1, m.n_spec = 1, m.n_pad_ns = 1, m.n_pad_spec = 0;
     else if (kind == 2) m.n_prefill = 0, m.n_decode = 20, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
     else if (kind == 3) m.n_prefill = 5, m.max_prefill = 12, m.n_decode = 30, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
-    else m.n_prefill = 0, m.n_decode = 8, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
+    else if (kind == 4) m.n_prefill = 0, m.n_decode = 8, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
+    else m.n_prefill = 0, m.n_decode = 0, m.n_spec = 13, m.n_pad_ns = 0, m.n_pad_spec = 0;
     make_mixed_batch(p, r, m);
     fill_attention_data(p, r);
     SCOPED_TRACE(describe(p));
