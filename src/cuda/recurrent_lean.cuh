@@ -74,6 +74,15 @@ namespace gdn::cuda {
 #ifndef GDN_REC_LEAN_MB_16
 #define GDN_REC_LEAN_MB_16 32
 #endif
+// The verify instance's resident blocks (default: the one-token instance's). ptxas: float32 at 24
+// blocks 80 registers without spills (the one-token instance spills 12 B there); 16-bit at 24
+// blocks 80 registers, 4 B of spills (at 32: 80 B). Not yet measured on a device.
+#ifndef GDN_REC_LEAN_MB_SPEC
+#define GDN_REC_LEAN_MB_SPEC GDN_REC_LEAN_MB
+#endif
+#ifndef GDN_REC_LEAN_MB_16_SPEC
+#define GDN_REC_LEAN_MB_16_SPEC GDN_REC_LEAN_MB_16
+#endif
 
 // kStaged (16-bit state): the block's GDN_REC_STAGE_ROWS rows of state copied into shared memory
 // with cp.async at its start (the bytes in flight held by no register), then GDN_REC_STAGE_R rows
@@ -103,6 +112,9 @@ struct LeanTraits {
   static constexpr int kLanes = kWide ? GDN_REC_LEAN_LANES : GDN_REC_LEAN_LANES_16, kGroups = 32 / kLanes;
   static constexpr int kRows = kStaged ? GDN_REC_STAGE_ROWS : 8;  // a block's rows
   static constexpr int kMinBlocks = kStaged ? GDN_REC_STAGE_MB : kWide ? GDN_REC_LEAN_MB : GDN_REC_LEAN_MB_16;
+  static constexpr int kMinBlocksSpec = kStaged ? GDN_REC_STAGE_MB
+                                       : kWide  ? GDN_REC_LEAN_MB_SPEC
+                                                : GDN_REC_LEAN_MB_16_SPEC;
   static constexpr bool kScatter = kWide && GDN_REC_LEAN_SCATTER;
   static constexpr int kRowsPerLane = kStaged ? GDN_REC_STAGE_R : kRows / kGroups;  // per pass
   static constexpr int kPasses = kRows / (kRowsPerLane * kGroups);
@@ -117,7 +129,8 @@ struct LeanTraits {
 // the kNearCols after it, as resolve_seq does for the general kernels).
 constexpr int kLeanCols = 1 + kNearCols;
 template <typename TAct, typename TState, bool kSpec = false, bool kStaged = false>
-__global__ void __launch_bounds__(32, (LeanTraits<TState, kStaged>::kMinBlocks))
+__global__ void __launch_bounds__(32, (kSpec ? LeanTraits<TState, kStaged>::kMinBlocksSpec
+                                             : LeanTraits<TState, kStaged>::kMinBlocks))
     recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
   using Tr = LeanTraits<TState, kStaged>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane;
