@@ -21,6 +21,7 @@
 
 #include <cuda_pipeline.h>
 
+#include "cuda/lean_conv.cuh"
 #include "cuda/rec_common.cuh"
 
 namespace gdn::cuda {
@@ -93,6 +94,15 @@ namespace gdn::cuda {
 // +0.3 to +140%. 16 rows per block at 32 blocks (4 KB each, 40 B of spills) measured -0.3 to +3.1%
 // from 2048, 32 rows of 2 per lane at 24 blocks -0.3 to -5.1% (+19% at 512). GDN_REC_STAGED in the
 // environment: 1 wherever the 16-bit lean kernel runs (tests, A/B), 0 never.
+// kFused (gdn_attention's two-launch form with the lean kernel, GDN_CUDA_LEAN_STEP=1; lean_conv.cuh):
+// its resident blocks. ptxas (sm_90): see bench/experiments/README.md. Not yet measured on a device.
+#ifndef GDN_REC_LEAN_MB_STEP
+#define GDN_REC_LEAN_MB_STEP GDN_REC_LEAN_MB
+#endif
+#ifndef GDN_REC_LEAN_MB_16_STEP
+#define GDN_REC_LEAN_MB_16_STEP 20
+#endif
+
 #ifndef GDN_REC_STAGE_ROWS
 #define GDN_REC_STAGE_ROWS 32
 #endif
@@ -115,6 +125,7 @@ struct LeanTraits {
   static constexpr int kMinBlocksSpec = kStaged ? GDN_REC_STAGE_MB
                                        : kWide  ? GDN_REC_LEAN_MB_SPEC
                                                 : GDN_REC_LEAN_MB_16_SPEC;
+  static constexpr int kMinBlocksStep = kWide ? GDN_REC_LEAN_MB_STEP : GDN_REC_LEAN_MB_16_STEP;
   static constexpr bool kScatter = kWide && GDN_REC_LEAN_SCATTER;
   static constexpr int kRowsPerLane = kStaged ? GDN_REC_STAGE_R : kRows / kGroups;  // per pass
   static constexpr int kPasses = kRows / (kRowsPerLane * kGroups);
@@ -128,11 +139,15 @@ struct LeanTraits {
 // columns below kLeanCols come with the metadata, later ones are loaded when used: column 0 and
 // the kNearCols after it, as resolve_seq does for the general kernels).
 constexpr int kLeanCols = 1 + kNearCols;
-template <typename TAct, typename TState, bool kSpec = false, bool kStaged = false>
-__global__ void __launch_bounds__(32, (kSpec ? LeanTraits<TState, kStaged>::kMinBlocksSpec
-                                             : LeanTraits<TState, kStaged>::kMinBlocks))
+// kFused: gdn_attention's step without its conv pool update and z copy (conv.cu's kernel follows):
+// the inputs are the causal conv of the projections (lean_conv.cuh) and the gate inputs of ba.
+template <typename TAct, typename TState, bool kSpec = false, bool kStaged = false, bool kFused = false>
+__global__ void __launch_bounds__(32, (kFused  ? LeanTraits<TState>::kMinBlocksStep
+                                       : kSpec ? LeanTraits<TState, kStaged>::kMinBlocksSpec
+                                               : LeanTraits<TState, kStaged>::kMinBlocks))
     recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
   using Tr = LeanTraits<TState, kStaged>;
+  static_assert(!(kFused && kStaged), "the fused form has the register layout");
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane;
   constexpr int EPL = Tr::kEPL, KP = L * EPL;
   const int lane = threadIdx.x, ln = lane % L;
@@ -174,9 +189,12 @@ __global__ void __launch_bounds__(32, (kSpec ? LeanTraits<TState, kStaged>::kMin
     for (int k = 1; k < (kSpec ? kLeanCols : 1); ++k) r = c == k ? col[k] : r;
     return kSpec && c >= kLeanCols ? slots[c] : r;
   };
-  const int32_t slot = kSpec ? col_slot(static_cast<int>(rules::accepted(na, g.cols)) - 1) : col[0];  // read
+  const int acc = kSpec ? static_cast<int>(rules::accepted(na, g.cols)) : 1;
+  const int32_t slot = kSpec ? col_slot(acc - 1) : col[0];  // read
   auto usable = [&](int32_t sl) { return rules::slot_valid(sl, p.num_slots, p.has_null, p.null_id); };
-  const bool pad = !usable(col[0]) || (kSpec && !usable(slot));  // as resolve_seq
+  // as resolve_seq (fused: column 0's slot must be in the conv pool too)
+  const bool pad = !usable(col[0]) || (kSpec && !usable(slot)) ||
+                   (kFused && !rules::slot_valid(col[0], p.conv.num_slots, p.has_null, p.null_id));
 
   // this lane's elements of row j (of pass 0) of the state in slot `sl`: at(sl) + j G K
   auto at = [&](int32_t sl) {
@@ -221,11 +239,17 @@ __global__ void __launch_bounds__(32, (kSpec ? LeanTraits<TState, kStaged>::kMin
     for (int j = 0; j < R; ++j) vr[j] = to_float(v[j * G]);
   };
   auto inputs = [&](int64_t row, int c, float (&qr)[EPL], float (&kr)[EPL], float (&vr)[R]) {
-    load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
-    load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
-    load_v(row, c, vr);
-    const float av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
-    const float bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+    float av, bv;
+    if constexpr (kFused) {  // (rolling verify conv window: rows acc - 1 ..)
+      lean_step_inputs<TAct, EPL, R, G, Tr::kRows>(p, h, hv, v0, lane / L, ln * EPL, col[0], acc - 1, init, tr.begin,
+                                                   static_cast<int>(row - tr.begin), qr, kr, vr, av, bv);
+    } else {
+      load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
+      load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
+      load_v(row, c, vr);
+      av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
+      bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+    }
     return prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr);
   };
   // token t on pass c's rows: o, and a verify sequence's state into column t's slot
@@ -340,6 +364,23 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
                   static_cast<unsigned>(nseq));
   return Launch(grid, 32, 0, stream)(
       spec ? recurrent_lean_kernel<TAct, TS, true> : recurrent_lean_kernel<TAct, TS, false>, p);
+}
+
+// gdn_attention's two-launch form on the lean kernel (kFused: conv, gates, norms and recurrence
+// here; conv.cu's kernel then rolls the conv pool and copies z) where the caller opted in
+// (GDN_CUDA_LEAN_STEP=1: not yet measured on a device, so not a default) and the batch is one the
+// lean kernel takes, with no token remap and width-4 conv data it can load in vectors
+// (lean_conv_applies); nullopt: not launched.
+template <typename TAct, typename TS>
+std::optional<Status> launch_lean_step(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
+  if (nseq == 0 || !env_equals("GDN_CUDA_LEAN_STEP", "1")) return std::nullopt;
+  const bool spec = p.group[0].n > 0 ? p.group[0].spec : p.group[1].spec;
+  if (!lean_applies<TAct, TS>(p, spec) || !lean_conv_applies(p, sizeof(TAct))) return std::nullopt;
+  const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
+                  static_cast<unsigned>(nseq));
+  return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true, false, true>
+                                          : recurrent_lean_kernel<TAct, TS, false, false, true>,
+                                     p);
 }
 
 }  // namespace gdn::cuda
