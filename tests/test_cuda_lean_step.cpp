@@ -34,20 +34,6 @@ void PrintTo(const LeanStepParam& p, std::ostream* os) { *os << param_str(p); }
 
 class CudaLeanStep : public ::testing::TestWithParam<LeanStepParam> {};
 
-AttnOut run_device(AttnProblem& p, Buf& core, Buf& z) {
-  AttnOut out;
-  DeviceBufs d;
-  Stream st;
-  EXPECT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
-  EXPECT_EQ(cudaSuccess, upload_attention(d, p, core, z));
-  const Status s = gdn::gdn_attention(device_attention_args(d, p, core, z), st.s);
-  EXPECT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
-  EXPECT_EQ(cudaSuccess, cudaGetLastError());
-  EXPECT_EQ(cudaSuccess, download_attention(d, p, core, z, &out));
-  return out;
-}
-
 TEST_P(CudaLeanStep, DecodeAndVerifyBatchesMatchTheCpu) {
   GRAPH_SKIP_WITHOUT_GPU();
   const LeanStepParam& prm = GetParam();
@@ -80,11 +66,11 @@ TEST_P(CudaLeanStep, DecodeAndVerifyBatchesMatchTheCpu) {
       AttnOut got, plain, ref;
       {
         ScopedEnv env("GDN_CUDA_LEAN_STEP", "1");
-        got = run_device(p, core, z);
+        got = run_device_attention(p, core, z);
       }
       {
         ScopedEnv env("GDN_CUDA_LEAN_STEP", nullptr);
-        plain = run_device(p, core, z);
+        plain = run_device_attention(p, core, z);
       }
       PROP_ASSERT_OK(cpu_attention(p, core, z, &ref));
       expect_attention_match(p, got, ref, core, z, tol_of(p.act, p.ssm_dtype));

@@ -39,20 +39,6 @@ void PrintTo(const PipeParam& p, std::ostream* os) { *os << param_str(p); }
 
 class CudaPipelinedFused : public ::testing::TestWithParam<PipeParam> {};
 
-AttnOut run_device(AttnProblem& p, Buf& core, Buf& z) {
-  AttnOut out;
-  DeviceBufs d;
-  Stream st;
-  EXPECT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
-  EXPECT_EQ(cudaSuccess, upload_attention(d, p, core, z));
-  const Status s = gdn::gdn_attention(device_attention_args(d, p, core, z), st.s);
-  EXPECT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
-  EXPECT_EQ(cudaSuccess, cudaGetLastError());
-  EXPECT_EQ(cudaSuccess, download_attention(d, p, core, z, &out));
-  return out;
-}
-
 // gdn_attention on p with GDN_CUDA_TMA = tma (nullptr: unset) equals the CPU, and its z and conv
 // pool equal byte for byte those of GDN_CUDA_TMA=0 (no pipelined kernel).
 void expect_cpu_and_plain_match(AttnProblem& p, const char* tma) {
@@ -61,11 +47,11 @@ void expect_cpu_and_plain_match(AttnProblem& p, const char* tma) {
   AttnOut got, plain;
   {
     ScopedEnv env("GDN_CUDA_TMA", tma);
-    got = run_device(p, core, z);
+    got = run_device_attention(p, core, z);
   }
   {
     ScopedEnv env("GDN_CUDA_TMA", "0");
-    plain = run_device(p, core, z);
+    plain = run_device_attention(p, core, z);
   }
   AttnOut ref;
   PROP_ASSERT_OK(cpu_attention(p, core, z, &ref));

@@ -167,6 +167,22 @@ Status cpu_attention(const AttnProblem& p, const Buf& core, const Buf& z, AttnOu
   return s;
 }
 
+// gdn_attention on p on the device (fresh device twins, its own non-blocking stream), with every
+// output and both pools downloaded.
+AttnOut run_device_attention(AttnProblem& p, Buf& core, Buf& z) {
+  AttnOut out;
+  DeviceBufs d;
+  Stream st;
+  EXPECT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
+  EXPECT_EQ(cudaSuccess, upload_attention(d, p, core, z));
+  const Status s = gdn::gdn_attention(device_attention_args(d, p, core, z), st.s);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
+  EXPECT_EQ(cudaSuccess, cudaGetLastError());
+  EXPECT_EQ(cudaSuccess, download_attention(d, p, core, z, &out));
+  return out;
+}
+
 // core/ssm within tol, z and conv bit-exact, rows >= num_actual_tokens still hold the sentinel.
 void expect_attention_match(const AttnProblem& p, const AttnOut& got, const AttnOut& ref, const Buf& sent_core,
                             const Buf& sent_z, double tol) {
