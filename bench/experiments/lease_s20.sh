@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The measurements prepared in the twentieth session (bench/experiments/README.md), for one lease on
 # the GPU machine, from the repository root: OUT=<dir> bash bench/experiments/lease_s20.sh [STAGES]
-#   tests:  build-dev (gdn_cli + gdn_tests), the lean step's tests and the "leanstep:" ctest pass
+#   tests:  build-dev (gdn_cli + gdn_tests), the lean step's tests, the "leanstep:" ctest pass, and
+#           memcheck of the lean step's, the hostile and the golden attention tests with it on
 #   step:   gdn_attention's two-launch form on the lean kernel (GDN_CUDA_LEAN_STEP=1) against the
 #           default fused step on one binary, two rounds (bench/compare.py --ratio)
 #   mb:     two builds of the lean kernel's resident-block knobs against build-dev, two rounds
@@ -33,6 +34,9 @@ for s in $STAGES; do
       grep -E "PASSED|FAILED|Failure" "$OUT/leanstep_gtest.log" | head -20
       (cd build-dev && ctest -j 8 --timeout 120 -R '^leanstep:' > "$OUT/ctest_leanstep.log" 2>&1); echo "ctest leanstep: rc=$?"
       grep -E "tests passed|tests failed|\(Failed|\(Timeout|\(SEGFAULT|\(Exception" "$OUT/ctest_leanstep.log" | head -20
+      GDN_CUDA_LEAN_STEP=1 timeout 180 compute-sanitizer --tool memcheck --print-limit 20 build-dev/bin/gdn_tests \
+        --gtest_filter='*LeanStep*:*HostileAttention*cuda*:Golden*ttention*cuda*' > "$OUT/leanstep_memcheck.log" 2>&1
+      echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/leanstep_memcheck.log" | head -5
       stamp "tests" ;;
     step)
       S="--models $MODELS --n 1,8,64,256 --t 1,4 --state f32,bf16 --ops recurrent,fused"
