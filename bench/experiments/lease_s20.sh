@@ -6,6 +6,7 @@
 #   step:   gdn_attention's two-launch form on the lean kernel (GDN_CUDA_LEAN_STEP=1) against the
 #           default fused step on one binary, two rounds (bench/compare.py --ratio)
 #   mb:     two builds of the lean kernel's resident-block knobs against build-dev, two rounds
+#   ncu:    (not in the default list) ncu sections of the lean step's kernel and of the lean recurrence
 # Default STAGES: "tests step mb" (one call of at most 10 minutes may not hold all three: run
 # "tests step" and then "mb"; the builds are kept between calls of one lease). Results go to $OUT.
 set -uo pipefail
@@ -62,5 +63,14 @@ for s in $STAGES; do
         A="$OUT/mb-bA-1.json,$OUT/mb-bA-2.json" B="$OUT/mb-bB-1.json,$OUT/mb-bB-2.json" > "$OUT/s100_mb.md"
       grep -E "tp1 \| (1|64|256) \|" "$OUT/s100_mb.md" | head -20
       stamp "mb" ;;
+    ncu)  # if the lean step misses its prediction: where its kernel spends the time (TP1 N = 64 f32 decode),
+          # beside the lean recurrence alone (the primitive op's kernel, same batch)
+      for op in fused recurrent; do
+        GDN_CUDA_LEAN_STEP=1 timeout 200 ncu --kernel-name "regex:recurrent_lean_kernel" --launch-skip 3 --launch-count 1 \
+          --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
+          build-dev/bin/gdn bench --models qwen3-next-tp1 --n 64 --t 1 --state f32 --ops $op > "$OUT/ncu_lean_$op.log" 2>&1
+        echo "ncu $op rc=$?"; grep -E "Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Stall" "$OUT/ncu_lean_$op.log" | head -12
+      done
+      stamp "ncu" ;;
   esac
 done
