@@ -8,7 +8,8 @@
 //     rolling window from row a - 1), padding verify sequences; both qkvz layouts, r = 1, 2 and 3,
 //     float32 and 16-bit state, float32 and bf16 activations, with and without conv bias — equal the
 //     CPU reference (outputs and state within tol_of, z and the conv pool bit for bit, rows past
-//     num_actual_tokens untouched), and the z and conv pool bytes equal those of the default form.
+//     num_actual_tokens untouched), and the z and conv pool bytes equal those of the default form;
+//     16-bit state in both of the lean kernel's forms (registers; staged, GDN_REC_STAGED=1).
 // The "leanstep:" ctest pass runs the attention, graph, stream and fused-step tests with the same
 // setting. Skips without a GPU.
 #include <string>
@@ -63,19 +64,22 @@ TEST_P(CudaLeanStep, DecodeAndVerifyBatchesMatchTheCpu) {
       SCOPED_TRACE(describe(p));
       Buf core, z;
       make_outputs(p, &core, &z, 0);
-      AttnOut got, plain, ref;
-      {
-        ScopedEnv env("GDN_CUDA_LEAN_STEP", "1");
-        got = run_device_attention(p, core, z);
-      }
+      AttnOut plain, ref;
       {
         ScopedEnv env("GDN_CUDA_LEAN_STEP", nullptr);
         plain = run_device_attention(p, core, z);
       }
       PROP_ASSERT_OK(cpu_attention(p, core, z, &ref));
-      expect_attention_match(p, got, ref, core, z, tol_of(p.act, p.ssm_dtype));
-      EXPECT_TRUE(got.z.same_bytes(plain.z)) << "z: " << byte_diff(got.z, plain.z);
-      EXPECT_TRUE(got.conv.same_bytes(plain.conv)) << "conv_state: " << byte_diff(got.conv, plain.conv);
+      // 16-bit state: the register form (default at these sizes) and the staged one (GDN_REC_STAGED=1)
+      for (const char* staged : {"0", "1"}) {
+        if (std::string(staged) == "1" && p.ssm_dtype == DType::kFloat32) continue;
+        SCOPED_TRACE(std::string("GDN_REC_STAGED=") + staged);
+        ScopedEnv env("GDN_CUDA_LEAN_STEP", "1"), st("GDN_REC_STAGED", staged);
+        const AttnOut got = run_device_attention(p, core, z);
+        expect_attention_match(p, got, ref, core, z, tol_of(p.act, p.ssm_dtype));
+        EXPECT_TRUE(got.z.same_bytes(plain.z)) << "z: " << byte_diff(got.z, plain.z);
+        EXPECT_TRUE(got.conv.same_bytes(plain.conv)) << "conv_state: " << byte_diff(got.conv, plain.conv);
+      }
     }
   }
 }

@@ -4,8 +4,8 @@
 // after it, rolls the pool and copies z (the two-launch form of ops.cu's gdn_attention).
 //   q, k: each lane its own EPL contiguous channels of the key head (the lanes' elements of q and
 //         k), in vectors;
-//   v:    lane l < 8 the block's row l (one channel), handed to the lanes that hold the row by a
-//         shuffle;
+//   v:    lane l the block's row l (one channel; 8 rows, or 32 in the staged 16-bit form), handed to
+//         the lanes that hold the row by a shuffle;
 //   a, b: the gate inputs of the value head from the ba projection.
 // Conv outputs are rounded to the activation dtype, as every fused form does (SPEC.md §6), and sum
 // their taps in the order of conv_token (recurrent.cuh): bias, then taps oldest first.
@@ -80,11 +80,29 @@ __device__ __forceinline__ void lean_conv(const RecurrentParams& p, int ch0, int
   for (int e = 0; e < N; ++e) y[e] = round_to<TAct>(cv.silu ? silu(y[e]) : y[e]);
 }
 
+// Token t's conv outputs of the block's rows v0 + lrow + j * G (j < R; lrow: the block-local row of
+// this lane's first one in the pass): lane l < kRows computes row v0 + l (one channel), and every
+// lane takes its rows' values by shuffles.
+template <typename TAct, int R, int G, int kRows>
+__device__ __forceinline__ void lean_step_v(const RecurrentParams& p, int hv, int v0, int lrow, int64_t slot0,
+                                            int64_t win_base, bool init, int64_t begin, int t, float (&vr)[R]) {
+  static_assert(kRows <= 32, "one row per lane");
+  const rules::ProjLayout& PL = p.src.proj;
+  const int lane = threadIdx.x % 32;
+  float yv[1] = {0.f};
+  if (lane < kRows) {
+    const int chv = 2 * PL.H * PL.K + hv * p.V + v0 + lane;
+    lean_conv<TAct, 1>(p, chv, PL.conv_col(chv), slot0, win_base, init, begin, t, yv);
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) vr[j] = __shfl_sync(0xffffffffu, yv[0], lrow + j * G);
+}
+
 // Token t's conv outputs for a lean block: this lane's EPL q and k elements (key head h, from
-// element e0 = ln * EPL) and the v values of its R rows (block-local row lrow0 + j * G of the block
-// whose first row is v0), and the raw gate inputs a, b of value head hv.
+// element e0 = ln * EPL), the v values of its R rows of the pass whose first row (block-local) for
+// this lane is lrow (lean_step_v), and the raw gate inputs a, b of value head hv.
 template <typename TAct, int EPL, int R, int G, int kRows>
-__device__ __forceinline__ void lean_step_inputs(const RecurrentParams& p, int h, int hv, int v0, int lrow0, int e0,
+__device__ __forceinline__ void lean_step_inputs(const RecurrentParams& p, int h, int hv, int v0, int lrow, int e0,
                                                  int64_t slot0, int64_t win_base, bool init, int64_t begin, int t,
                                                  float (&qr)[EPL], float (&kr)[EPL], float (&vr)[R], float& av,
                                                  float& bv) {
@@ -107,13 +125,7 @@ __device__ __forceinline__ void lean_step_inputs(const RecurrentParams& p, int h
     lean_conv<TAct, EPL>(p, chq, PL.conv_col(chq), slot0, win_base, init, begin, t, qr);
     lean_conv<TAct, EPL>(p, chk, PL.conv_col(chk), slot0, win_base, init, begin, t, kr);
   }
-  float yv[1] = {0.f};
-  if (lane < kRows) {
-    const int chv = 2 * PL.H * PL.K + hv * p.V + v0 + lane;
-    lean_conv<TAct, 1>(p, chv, PL.conv_col(chv), slot0, win_base, init, begin, t, yv);
-  }
-#pragma unroll
-  for (int j = 0; j < R; ++j) vr[j] = __shfl_sync(0xffffffffu, yv[0], lrow0 + j * G);
+  lean_step_v<TAct, R, G, kRows>(p, hv, v0, lrow, slot0, win_base, init, begin, t, vr);
   const TAct* ba = static_cast<const TAct*>(p.src.ba) + (begin + t) * p.src.ba_rs;
   av = to_float(ba[PL.a_col(hv)]);
   bv = to_float(ba[PL.b_col(hv)]);

@@ -112,6 +112,9 @@ namespace gdn::cuda {
 #ifndef GDN_REC_STAGE_MB
 #define GDN_REC_STAGE_MB 20
 #endif
+#ifndef GDN_REC_STAGE_MB_STEP  // the staged form's fused instance (GDN_CUDA_LEAN_STEP=1)
+#define GDN_REC_STAGE_MB_STEP GDN_REC_STAGE_MB
+#endif
 #ifndef GDN_REC_STAGED_MIN
 #define GDN_REC_STAGED_MIN 2048
 #endif
@@ -125,7 +128,9 @@ struct LeanTraits {
   static constexpr int kMinBlocksSpec = kStaged ? GDN_REC_STAGE_MB
                                        : kWide  ? GDN_REC_LEAN_MB_SPEC
                                                 : GDN_REC_LEAN_MB_16_SPEC;
-  static constexpr int kMinBlocksStep = kWide ? GDN_REC_LEAN_MB_STEP : GDN_REC_LEAN_MB_16_STEP;
+  static constexpr int kMinBlocksStep = kStaged ? GDN_REC_STAGE_MB_STEP
+                                       : kWide  ? GDN_REC_LEAN_MB_STEP
+                                                : GDN_REC_LEAN_MB_16_STEP;
   static constexpr bool kScatter = kWide && GDN_REC_LEAN_SCATTER;
   static constexpr int kRowsPerLane = kStaged ? GDN_REC_STAGE_R : kRows / kGroups;  // per pass
   static constexpr int kPasses = kRows / (kRowsPerLane * kGroups);
@@ -142,12 +147,11 @@ constexpr int kLeanCols = 1 + kNearCols;
 // kFused: gdn_attention's step without its conv pool update and z copy (conv.cu's kernel follows):
 // the inputs are the causal conv of the projections (lean_conv.cuh) and the gate inputs of ba.
 template <typename TAct, typename TState, bool kSpec = false, bool kStaged = false, bool kFused = false>
-__global__ void __launch_bounds__(32, (kFused  ? LeanTraits<TState>::kMinBlocksStep
+__global__ void __launch_bounds__(32, (kFused  ? LeanTraits<TState, kStaged>::kMinBlocksStep
                                        : kSpec ? LeanTraits<TState, kStaged>::kMinBlocksSpec
                                                : LeanTraits<TState, kStaged>::kMinBlocks))
     recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
   using Tr = LeanTraits<TState, kStaged>;
-  static_assert(!(kFused && kStaged), "the fused form has the register layout");
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane;
   constexpr int EPL = Tr::kEPL, KP = L * EPL;
   const int lane = threadIdx.x, ln = lane % L;
@@ -234,15 +238,21 @@ __global__ void __launch_bounds__(32, (kFused  ? LeanTraits<TState>::kMinBlocksS
   const int qo = h * KP + ln * EPL, vo = hv * p.V + row0, oo = vo + ln * G;  // offsets within a token's row
   // v of this lane's rows of pass c; token t's k^, q^ and gates (with v of pass c's rows)
   auto load_v = [&](int64_t row, int c, float (&vr)[R]) {
-    const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + vo + c * R * G;
+    if constexpr (kFused) {
+      lean_step_v<TAct, R, G, Tr::kRows>(p, hv, v0, lane / L + c * R * G, col[0], acc - 1, init, tr.begin,
+                                         static_cast<int>(row - tr.begin), vr);
+    } else {
+      const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + vo + c * R * G;
 #pragma unroll
-    for (int j = 0; j < R; ++j) vr[j] = to_float(v[j * G]);
+      for (int j = 0; j < R; ++j) vr[j] = to_float(v[j * G]);
+    }
   };
   auto inputs = [&](int64_t row, int c, float (&qr)[EPL], float (&kr)[EPL], float (&vr)[R]) {
     float av, bv;
     if constexpr (kFused) {  // (rolling verify conv window: rows acc - 1 ..)
-      lean_step_inputs<TAct, EPL, R, G, Tr::kRows>(p, h, hv, v0, lane / L, ln * EPL, col[0], acc - 1, init, tr.begin,
-                                                   static_cast<int>(row - tr.begin), qr, kr, vr, av, bv);
+      lean_step_inputs<TAct, EPL, R, G, Tr::kRows>(p, h, hv, v0, lane / L + c * R * G, ln * EPL, col[0], acc - 1,
+                                                   init, tr.begin, static_cast<int>(row - tr.begin), qr, kr, vr, av,
+                                                   bv);
     } else {
       load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
       load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
@@ -326,6 +336,37 @@ bool lean_applies(const RecurrentParams& p, bool spec) {
   return true;
 }
 
+// 16-bit state: whether the staged form takes the batch (one-token batches of >= GDN_REC_STAGED_MIN
+// sequence-heads; GDN_REC_STAGED=1: wherever it can run, 0: never).
+template <typename TS>
+bool lean_staged(const RecurrentParams& p, int64_t nseq) {
+  if constexpr (sizeof(TS) != 2) {
+    return false;
+  } else {
+    if (p.V % LeanTraits<TS, true>::kRows != 0 || env_equals("GDN_REC_STAGED", "0")) return false;
+    return env_equals("GDN_REC_STAGED", "1") || (batch_tokens(p) <= nseq && nseq * p.HV >= GDN_REC_STAGED_MIN);
+  }
+}
+
+// One launch of the lean kernel: its verify or non-spec instance, staged or not, fused or not.
+template <typename TAct, typename TS, bool kFused>
+Status launch_lean_kernel(const RecurrentParams& p, int64_t nseq, bool spec, bool stage, cudaStream_t stream) {
+  if constexpr (sizeof(TS) == 2) {
+    if (stage) {
+      const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS, true>::kRows), static_cast<unsigned>(p.HV),
+                      static_cast<unsigned>(nseq));
+      return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true, true, kFused>
+                                              : recurrent_lean_kernel<TAct, TS, false, true, kFused>,
+                                         p);
+    }
+  }
+  const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
+                  static_cast<unsigned>(nseq));
+  return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true, false, kFused>
+                                          : recurrent_lean_kernel<TAct, TS, false, false, kFused>,
+                                     p);
+}
+
 // The lean kernel where it applies and (unless GDN_REC_LEAN=1) where it measured the faster choice;
 // nullopt: not launched.
 template <typename TAct, typename TS>
@@ -335,11 +376,7 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
   if (!lean_applies<TAct, TS>(p, spec)) return std::nullopt;
   const int64_t sh = nseq * p.HV;
   const bool verify = spec && multi_token(p, nseq), one = batch_tokens(p) <= nseq;
-  // 16-bit state: the staged form for large one-token batches (GDN_REC_STAGED=1: wherever it can run)
-  bool stage = false;
-  if constexpr (sizeof(TS) == 2)
-    stage = p.V % LeanTraits<TS, true>::kRows == 0 && !env_equals("GDN_REC_STAGED", "0") &&
-            (env_equals("GDN_REC_STAGED", "1") || (one && sh >= GDN_REC_STAGED_MIN));
+  const bool stage = lean_staged<TS>(p, nseq);  // 16-bit state: the staged form
   bool chosen;
   if constexpr (sizeof(TS) == 4)
     chosen = verify ? !env_equals("GDN_REC_LEAN_VERIFY", "0")
@@ -352,35 +389,21 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
   // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
   chosen = chosen && !env_equals("GDN_CUDA_TMA", "1");
   if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;
-  if constexpr (sizeof(TS) == 2) {
-    if (stage) {
-      const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS, true>::kRows), static_cast<unsigned>(p.HV),
-                      static_cast<unsigned>(nseq));
-      return Launch(grid, 32, 0, stream)(
-          spec ? recurrent_lean_kernel<TAct, TS, true, true> : recurrent_lean_kernel<TAct, TS, false, true>, p);
-    }
-  }
-  const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
-                  static_cast<unsigned>(nseq));
-  return Launch(grid, 32, 0, stream)(
-      spec ? recurrent_lean_kernel<TAct, TS, true> : recurrent_lean_kernel<TAct, TS, false>, p);
+  return launch_lean_kernel<TAct, TS, false>(p, nseq, spec, stage, stream);
 }
 
 // gdn_attention's two-launch form on the lean kernel (kFused: conv, gates, norms and recurrence
 // here; conv.cu's kernel then rolls the conv pool and copies z) where the caller opted in
 // (GDN_CUDA_LEAN_STEP=1: not yet measured on a device, so not a default) and the batch is one the
 // lean kernel takes, with no token remap and width-4 conv data it can load in vectors
-// (lean_conv_applies); nullopt: not launched.
+// (lean_conv_applies); 16-bit state in the staged form where the recurrence takes it
+// (lean_staged). nullopt: not launched.
 template <typename TAct, typename TS>
 std::optional<Status> launch_lean_step(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
   if (nseq == 0 || !env_equals("GDN_CUDA_LEAN_STEP", "1")) return std::nullopt;
   const bool spec = p.group[0].n > 0 ? p.group[0].spec : p.group[1].spec;
   if (!lean_applies<TAct, TS>(p, spec) || !lean_conv_applies(p, sizeof(TAct))) return std::nullopt;
-  const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
-                  static_cast<unsigned>(nseq));
-  return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true, false, true>
-                                          : recurrent_lean_kernel<TAct, TS, false, false, true>,
-                                     p);
+  return launch_lean_kernel<TAct, TS, true>(p, nseq, spec, lean_staged<TS>(p, nseq), stream);
 }
 
 }  // namespace gdn::cuda
