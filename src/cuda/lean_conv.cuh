@@ -29,6 +29,14 @@ inline bool lean_conv_applies(const RecurrentParams& p, size_t act_size) {
          aligned16(p.src.qkvz, p.src.qkvz_rs, act_size);
 }
 
+// One sequence's conv window: the pool slot (column 0's: the rolling layout's only slot), the first
+// window row read (verify: accepted - 1, else 0), whether the pool holds an initial state, and the
+// global row of its first token (no row remap).
+struct LeanWindow {
+  int64_t slot0, win_base, begin;
+  bool init;
+};
+
 // N contiguous activation elements as floats: vector loads (read-only path) where they are at least
 // 4 bytes, else element by element.
 template <typename TAct, int N>
@@ -41,21 +49,20 @@ __device__ __forceinline__ void lean_ld(const TAct* src, float (&u)[N]) {
   }
 }
 
-// The conv outputs of N contiguous channels ch0.. (qkvz columns col0..) at local token t of a
-// sequence whose first token is global row `begin` (no row remap): taps t + j < 3 from the pool's
-// window rows win_base + t + j of slot `slot0` (zero without initial state), the rest from the
-// projections of tokens t + j - 3. Tap by tap, so that only one tap's inputs and the weights (as
+// The conv outputs of N contiguous channels ch0.. (qkvz columns col0..) at local token t of the
+// sequence of window w: taps t + j < 3 from the pool's window rows w.win_base + t + j of slot
+// w.slot0 (zero without initial state), the rest from the projections of tokens t + j - 3. Tap by tap, so that only one tap's inputs and the weights (as
 // loaded, in the activation dtype) are live beside the sums.
 template <typename TAct, int N>
-__device__ __forceinline__ void lean_conv(const RecurrentParams& p, int ch0, int col0, int64_t slot0, int64_t win_base,
-                                          bool init, int64_t begin, int t, float (&y)[N]) {
+__device__ __forceinline__ void lean_conv(const RecurrentParams& p, int ch0, int col0, const LeanWindow& w, int t,
+                                          float (&y)[N]) {
   const ConvRef& cv = p.conv;
   constexpr int W = kLeanConvW;
-  alignas(16) TAct w[N][W];  // channel e's taps: one vector of W elements
+  alignas(16) TAct wt[N][W];  // channel e's taps: one vector of W elements
 #pragma unroll
   for (int e = 0; e < N; ++e) {
     using Vec = typename VecOf<W * sizeof(TAct)>::type;
-    *reinterpret_cast<Vec*>(w[e]) =
+    *reinterpret_cast<Vec*>(wt[e]) =
         __ldg(reinterpret_cast<const Vec*>(static_cast<const TAct*>(cv.weight) + (static_cast<int64_t>(ch0) + e) * W));
   }
 #pragma unroll
@@ -68,13 +75,14 @@ __device__ __forceinline__ void lean_conv(const RecurrentParams& p, int ch0, int
     if (idx < W - 1) {
 #pragma unroll
       for (int e = 0; e < N; ++e) u[e] = 0.f;
-      if (init)
-        lean_ld<TAct, N>(static_cast<const TAct*>(cv.state) + slot0 * cv.slot_stride + (win_base + idx) * cv.D + ch0, u);
+      if (w.init)
+        lean_ld<TAct, N>(
+            static_cast<const TAct*>(cv.state) + w.slot0 * cv.slot_stride + (w.win_base + idx) * cv.D + ch0, u);
     } else {
-      lean_ld<TAct, N>(static_cast<const TAct*>(p.src.qkvz) + (begin + idx - (W - 1)) * p.src.qkvz_rs + col0, u);
+      lean_ld<TAct, N>(static_cast<const TAct*>(p.src.qkvz) + (w.begin + idx - (W - 1)) * p.src.qkvz_rs + col0, u);
     }
 #pragma unroll
-    for (int e = 0; e < N; ++e) y[e] += to_float(w[e][j]) * u[e];
+    for (int e = 0; e < N; ++e) y[e] += to_float(wt[e][j]) * u[e];
   }
 #pragma unroll
   for (int e = 0; e < N; ++e) y[e] = round_to<TAct>(cv.silu ? silu(y[e]) : y[e]);
@@ -84,28 +92,25 @@ __device__ __forceinline__ void lean_conv(const RecurrentParams& p, int ch0, int
 // this lane's first one in the pass): lane l < kRows computes row v0 + l (one channel), and every
 // lane takes its rows' values by shuffles.
 template <typename TAct, int R, int G, int kRows>
-__device__ __forceinline__ void lean_step_v(const RecurrentParams& p, int hv, int v0, int lrow, int64_t slot0,
-                                            int64_t win_base, bool init, int64_t begin, int t, float (&vr)[R]) {
+__device__ __forceinline__ void lean_step_v(const RecurrentParams& p, int hv, int v0, int lrow, const LeanWindow& w,
+                                            int t, float (&vr)[R]) {
   static_assert(kRows <= 32, "one row per lane");
   const rules::ProjLayout& PL = p.src.proj;
   const int lane = threadIdx.x % 32;
   float yv[1] = {0.f};
   if (lane < kRows) {
     const int chv = 2 * PL.H * PL.K + hv * p.V + v0 + lane;
-    lean_conv<TAct, 1>(p, chv, PL.conv_col(chv), slot0, win_base, init, begin, t, yv);
+    lean_conv<TAct, 1>(p, chv, PL.conv_col(chv), w, t, yv);
   }
 #pragma unroll
   for (int j = 0; j < R; ++j) vr[j] = __shfl_sync(0xffffffffu, yv[0], lrow + j * G);
 }
 
-// Token t's conv outputs for a lean block: this lane's EPL q and k elements (key head h, from
-// element e0 = ln * EPL), the v values of its R rows of the pass whose first row (block-local) for
-// this lane is lrow (lean_step_v), and the raw gate inputs a, b of value head hv.
-template <typename TAct, int EPL, int R, int G, int kRows>
-__device__ __forceinline__ void lean_step_inputs(const RecurrentParams& p, int h, int hv, int v0, int lrow, int e0,
-                                                 int64_t slot0, int64_t win_base, bool init, int64_t begin, int t,
-                                                 float (&qr)[EPL], float (&kr)[EPL], float (&vr)[R], float& av,
-                                                 float& bv) {
+// Token t's conv outputs of this lane's EPL q and k elements (key head h, from element
+// e0 = ln * EPL; G lane groups per warp).
+template <typename TAct, int EPL, int G>
+__device__ __forceinline__ void lean_step_qk(const RecurrentParams& p, int h, int e0, const LeanWindow& w, int t,
+                                             float (&qr)[EPL], float (&kr)[EPL]) {
   const rules::ProjLayout& PL = p.src.proj;
   const int lane = threadIdx.x % 32;
   const int chq = h * p.K + e0, chk = PL.H * PL.K + chq;
@@ -113,7 +118,7 @@ __device__ __forceinline__ void lean_step_inputs(const RecurrentParams& p, int h
                            // k, and each hands its outputs to its partner lane (lane ^ 16)
     const bool is_k = lane >= 16;
     float y[EPL];
-    lean_conv<TAct, EPL>(p, is_k ? chk : chq, PL.conv_col(is_k ? chk : chq), slot0, win_base, init, begin, t, y);
+    lean_conv<TAct, EPL>(p, is_k ? chk : chq, PL.conv_col(is_k ? chk : chq), w, t, y);
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
       const float other = __shfl_xor_sync(0xffffffffu, y[e], 16);
@@ -122,13 +127,18 @@ __device__ __forceinline__ void lean_step_inputs(const RecurrentParams& p, int h
     }
   } else {
     static_assert(G == 1, "one or two lane groups per warp");
-    lean_conv<TAct, EPL>(p, chq, PL.conv_col(chq), slot0, win_base, init, begin, t, qr);
-    lean_conv<TAct, EPL>(p, chk, PL.conv_col(chk), slot0, win_base, init, begin, t, kr);
+    lean_conv<TAct, EPL>(p, chq, PL.conv_col(chq), w, t, qr);
+    lean_conv<TAct, EPL>(p, chk, PL.conv_col(chk), w, t, kr);
   }
-  lean_step_v<TAct, R, G, kRows>(p, hv, v0, lrow, slot0, win_base, init, begin, t, vr);
-  const TAct* ba = static_cast<const TAct*>(p.src.ba) + (begin + t) * p.src.ba_rs;
-  av = to_float(ba[PL.a_col(hv)]);
-  bv = to_float(ba[PL.b_col(hv)]);
+}
+
+// Token t's raw gate inputs a, b of value head hv, from the ba projection.
+template <typename TAct>
+__device__ __forceinline__ void lean_step_ab(const RecurrentParams& p, int hv, const LeanWindow& w, int t, float& av,
+                                             float& bv) {
+  const TAct* ba = static_cast<const TAct*>(p.src.ba) + (w.begin + t) * p.src.ba_rs;
+  av = to_float(ba[p.src.proj.a_col(hv)]);
+  bv = to_float(ba[p.src.proj.b_col(hv)]);
 }
 
 }  // namespace gdn::cuda

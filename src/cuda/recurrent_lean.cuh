@@ -236,11 +236,12 @@ __global__ void __launch_bounds__(32, (kFused  ? LeanTraits<TState, kStaged>::kM
   const uint32_t dw0 = load_param_word(p.dt_bias, hv, 0), dw1 = load_param_word(p.dt_bias, hv, 1);
   const float A = -expf(p.A_log.from_bits(make_uint2(aw0, aw1))), dtb = p.dt_bias.from_bits(make_uint2(dw0, dw1));
   const int qo = h * KP + ln * EPL, vo = hv * p.V + row0, oo = vo + ln * G;  // offsets within a token's row
+  // fused: the sequence's conv window (rolling verify: rows acc - 1 ..)
+  const LeanWindow win{col[0], acc - 1, tr.begin, init};
   // v of this lane's rows of pass c; token t's k^, q^ and gates (with v of pass c's rows)
   auto load_v = [&](int64_t row, int c, float (&vr)[R]) {
     if constexpr (kFused) {
-      lean_step_v<TAct, R, G, Tr::kRows>(p, hv, v0, lane / L + c * R * G, col[0], acc - 1, init, tr.begin,
-                                         static_cast<int>(row - tr.begin), vr);
+      lean_step_v<TAct, R, G, Tr::kRows>(p, hv, v0, lane / L + c * R * G, win, static_cast<int>(row - tr.begin), vr);
     } else {
       const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + vo + c * R * G;
 #pragma unroll
@@ -249,10 +250,11 @@ __global__ void __launch_bounds__(32, (kFused  ? LeanTraits<TState, kStaged>::kM
   };
   auto inputs = [&](int64_t row, int c, float (&qr)[EPL], float (&kr)[EPL], float (&vr)[R]) {
     float av, bv;
-    if constexpr (kFused) {  // (rolling verify conv window: rows acc - 1 ..)
-      lean_step_inputs<TAct, EPL, R, G, Tr::kRows>(p, h, hv, v0, lane / L + c * R * G, ln * EPL, col[0], acc - 1,
-                                                   init, tr.begin, static_cast<int>(row - tr.begin), qr, kr, vr, av,
-                                                   bv);
+    if constexpr (kFused) {
+      const int t = static_cast<int>(row - tr.begin);
+      lean_step_qk<TAct, EPL, G>(p, h, ln * EPL, win, t, qr, kr);
+      load_v(row, c, vr);
+      lean_step_ab<TAct>(p, hv, win, t, av, bv);
     } else {
       load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
       load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
