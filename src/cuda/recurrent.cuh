@@ -209,15 +209,11 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     using Small = std::integral_constant<int, kFormSmall>;
     using Mid = std::integral_constant<int, kFormMid>;
     // gdn_attention: the fused forms (one launch where the card allows, else recurrent_kernel's
-    // fused form; GDN_CUDA_LEAN_STEP=1: the lean kernel's where it applies). The primitive op: the
+    // fused form). The primitive op: the
     // lean kernel where it applies and measured faster (recurrent_lean.cuh: decode and verify batches), else the pipelined sm_90
     // kernel where it applies (recurrent_tma.cuh: large batches of dense K = 128 state), else the
     // small-batch shape, the mid-batch verify form, the packed kernel, or the large-batch shape.
-    if (fused) {  // (the lean kernel's fused form only where the caller opted in: two launches)
-      if constexpr (KP == 128)
-        if (std::optional<Status> st = launch_lean_step<TAct, TS>(p, nseq, stream)) return *st;
-      return run(T{}, Large{});
-    }
+    if (fused) return run(T{}, Large{});
     if constexpr (KP == 128)
       if (std::optional<Status> st = launch_lean<TAct, TS>(p, nseq, stream)) return *st;
     if (std::optional<Status> st = launch_tma<TAct, TS, KP, false>(p, nseq, stream)) return *st;

@@ -21,7 +21,6 @@
 
 #include <cuda_pipeline.h>
 
-#include "cuda/lean_conv.cuh"
 #include "cuda/rec_common.cuh"
 
 namespace gdn::cuda {
@@ -68,39 +67,46 @@ namespace gdn::cuda {
 #define GDN_REC_LEAN_SCATTER 1
 #endif
 
-// 16-bit state: 16 lanes per row, 32 blocks per SM, plain sums (80-96 B of spills; step 93 (b)).
+// 16-bit state: 16 lanes per row, plain sums.
 #ifndef GDN_REC_LEAN_LANES_16
 #define GDN_REC_LEAN_LANES_16 16
 #endif
+// Resident blocks per SM (__launch_bounds__) of each instance: one-token (MB, MB_16) and verify
+// (MB_SPEC, MB_16_SPEC) instances, each in a base and a "more" form (more blocks, fewer registers).
+// H200, bench/RESULTS.md steps 100-101: the 16-bit instances at 20 blocks instead of 32 (64
+// registers and 80-96 B of spills): -9 to -20% up to 128 sequence-heads (TP1 N = 1 bf16 decode
+// 3.6 -> 3.2 µs, verify T = 4 7.7 -> 6.2); the more form (24 blocks, 80 registers) against the base
+// form, both forced, per batch size in blocks (a wave: 20 blocks per SM times the SMs, 2640):
+//   <= 1024 blocks  verify -4 to -6% (float32), one-token +3 to +12%
+//   1536 (96 sequence-heads, all three models)  -12 to -19% verify and float32 one-token, -2 to -4% 16-bit one-token
+//   2048-2304 (128-144 sequence-heads, under one wave)  +8 to +14%
+//   1-10 waves  verify -1 to -22% (27B N = 4 T = 4 f32 23.0 -> 18.5), float32 one-token -1 to -5%,
+//               16-bit one-token +5%
+//   > 10 waves  +0.3 to +1.8%
+// 28 blocks (72 registers, spills) measured slower everywhere (step 100).
 #ifndef GDN_REC_LEAN_MB_16
-#define GDN_REC_LEAN_MB_16 32
+#define GDN_REC_LEAN_MB_16 20
 #endif
-// The verify instance's resident blocks (default: the one-token instance's). ptxas: float32 at 24
-// blocks 80 registers without spills (the one-token instance spills 12 B there); 16-bit at 24
-// blocks 80 registers, 4 B of spills (at 32: 80 B). Not yet measured on a device.
 #ifndef GDN_REC_LEAN_MB_SPEC
 #define GDN_REC_LEAN_MB_SPEC GDN_REC_LEAN_MB
 #endif
 #ifndef GDN_REC_LEAN_MB_16_SPEC
 #define GDN_REC_LEAN_MB_16_SPEC GDN_REC_LEAN_MB_16
 #endif
-
-// kStaged (16-bit state): the block's GDN_REC_STAGE_ROWS rows of state copied into shared memory
-// with cp.async at its start (the bytes in flight held by no register), then GDN_REC_STAGE_R rows
-// per lane at a time from there (32 rows, 4 per lane, 20 blocks per SM: 96 registers, 24 B of
-// spills, 8 KB in flight per block). H200 (bench/RESULTS.md step 98, against the pipelined kernel
-// that took these batches): one-token batches of >= GDN_REC_STAGED_MIN sequence-heads -1.4 to -4.4%
-// (bf16 decode TP1 N = 64 43.2 -> 42.3 µs); 512-1536 sequence-heads +1.7 to +6.9%, verify batches
-// +0.3 to +140%. 16 rows per block at 32 blocks (4 KB each, 40 B of spills) measured -0.3 to +3.1%
-// from 2048, 32 rows of 2 per lane at 24 blocks -0.3 to -5.1% (+19% at 512). GDN_REC_STAGED in the
-// environment: 1 wherever the 16-bit lean kernel runs (tests, A/B), 0 never.
-// kFused (gdn_attention's two-launch form with the lean kernel, GDN_CUDA_LEAN_STEP=1; lean_conv.cuh):
-// its resident blocks. ptxas (sm_90): see bench/experiments/README.md. Not yet measured on a device.
-#ifndef GDN_REC_LEAN_MB_STEP
-#define GDN_REC_LEAN_MB_STEP GDN_REC_LEAN_MB
+#ifndef GDN_REC_LEAN_MB_MORE  // every more form (ptxas sm_90: 80 registers)
+#define GDN_REC_LEAN_MB_MORE 24
 #endif
-#ifndef GDN_REC_LEAN_MB_16_STEP
-#define GDN_REC_LEAN_MB_16_STEP 20
+// Where the default choice takes the more form (lean_more, from the table above): verify batches of
+// at most GDN_REC_LEAN_MORE_HI blocks; one-token batches of GDN_REC_LEAN_MORE_LO + 1 to _HI blocks;
+// verify and float32 one-token batches of more than one and at most GDN_REC_LEAN_MORE_WAVES waves.
+#ifndef GDN_REC_LEAN_MORE_LO
+#define GDN_REC_LEAN_MORE_LO 1024
+#endif
+#ifndef GDN_REC_LEAN_MORE_HI
+#define GDN_REC_LEAN_MORE_HI 1536
+#endif
+#ifndef GDN_REC_LEAN_MORE_WAVES
+#define GDN_REC_LEAN_MORE_WAVES 10
 #endif
 
 #ifndef GDN_REC_STAGE_ROWS
@@ -112,9 +118,6 @@ namespace gdn::cuda {
 #ifndef GDN_REC_STAGE_MB
 #define GDN_REC_STAGE_MB 20
 #endif
-#ifndef GDN_REC_STAGE_MB_STEP  // the staged form's fused instance (GDN_CUDA_LEAN_STEP=1)
-#define GDN_REC_STAGE_MB_STEP GDN_REC_STAGE_MB
-#endif
 #ifndef GDN_REC_STAGED_MIN
 #define GDN_REC_STAGED_MIN 2048
 #endif
@@ -124,13 +127,14 @@ struct LeanTraits {
   static constexpr bool kWide = sizeof(TState) == 4;
   static constexpr int kLanes = kWide ? GDN_REC_LEAN_LANES : GDN_REC_LEAN_LANES_16, kGroups = 32 / kLanes;
   static constexpr int kRows = kStaged ? GDN_REC_STAGE_ROWS : 8;  // a block's rows
+  // resident blocks per SM of the one-token and verify instances (kMore: GDN_REC_LEAN_MB_MORE)
   static constexpr int kMinBlocks = kStaged ? GDN_REC_STAGE_MB : kWide ? GDN_REC_LEAN_MB : GDN_REC_LEAN_MB_16;
   static constexpr int kMinBlocksSpec = kStaged ? GDN_REC_STAGE_MB
                                        : kWide  ? GDN_REC_LEAN_MB_SPEC
                                                 : GDN_REC_LEAN_MB_16_SPEC;
-  static constexpr int kMinBlocksStep = kStaged ? GDN_REC_STAGE_MB_STEP
-                                       : kWide  ? GDN_REC_LEAN_MB_STEP
-                                                : GDN_REC_LEAN_MB_16_STEP;
+  static constexpr int min_blocks(bool spec, bool more) {
+    return more ? GDN_REC_LEAN_MB_MORE : spec ? kMinBlocksSpec : kMinBlocks;
+  }
   static constexpr bool kScatter = kWide && GDN_REC_LEAN_SCATTER;
   static constexpr int kRowsPerLane = kStaged ? GDN_REC_STAGE_R : kRows / kGroups;  // per pass
   static constexpr int kPasses = kRows / (kRowsPerLane * kGroups);
@@ -144,12 +148,9 @@ struct LeanTraits {
 // columns below kLeanCols come with the metadata, later ones are loaded when used: column 0 and
 // the kNearCols after it, as resolve_seq does for the general kernels).
 constexpr int kLeanCols = 1 + kNearCols;
-// kFused: gdn_attention's step without its conv pool update and z copy (conv.cu's kernel follows):
-// the inputs are the causal conv of the projections (lean_conv.cuh) and the gate inputs of ba.
-template <typename TAct, typename TState, bool kSpec = false, bool kStaged = false, bool kFused = false>
-__global__ void __launch_bounds__(32, (kFused  ? LeanTraits<TState, kStaged>::kMinBlocksStep
-                                       : kSpec ? LeanTraits<TState, kStaged>::kMinBlocksSpec
-                                               : LeanTraits<TState, kStaged>::kMinBlocks))
+// kMore: the instance with more resident blocks per SM (GDN_REC_LEAN_MB_MORE; lean_more chooses).
+template <typename TAct, typename TState, bool kSpec = false, bool kStaged = false, bool kMore = false>
+__global__ void __launch_bounds__(32, LeanTraits<TState, kStaged>::min_blocks(kSpec, kMore))
     recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
   using Tr = LeanTraits<TState, kStaged>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane;
@@ -197,8 +198,7 @@ __global__ void __launch_bounds__(32, (kFused  ? LeanTraits<TState, kStaged>::kM
   const int32_t slot = kSpec ? col_slot(acc - 1) : col[0];  // read
   auto usable = [&](int32_t sl) { return rules::slot_valid(sl, p.num_slots, p.has_null, p.null_id); };
   // as resolve_seq (fused: column 0's slot must be in the conv pool too)
-  const bool pad = !usable(col[0]) || (kSpec && !usable(slot)) ||
-                   (kFused && !rules::slot_valid(col[0], p.conv.num_slots, p.has_null, p.null_id));
+  const bool pad = !usable(col[0]) || (kSpec && !usable(slot));
 
   // this lane's elements of row j (of pass 0) of the state in slot `sl`: at(sl) + j G K
   auto at = [&](int32_t sl) {
@@ -236,32 +236,18 @@ __global__ void __launch_bounds__(32, (kFused  ? LeanTraits<TState, kStaged>::kM
   const uint32_t dw0 = load_param_word(p.dt_bias, hv, 0), dw1 = load_param_word(p.dt_bias, hv, 1);
   const float A = -expf(p.A_log.from_bits(make_uint2(aw0, aw1))), dtb = p.dt_bias.from_bits(make_uint2(dw0, dw1));
   const int qo = h * KP + ln * EPL, vo = hv * p.V + row0, oo = vo + ln * G;  // offsets within a token's row
-  // fused: the sequence's conv window (rolling verify: rows acc - 1 ..)
-  const LeanWindow win{col[0], acc - 1, tr.begin, init};
   // v of this lane's rows of pass c; token t's k^, q^ and gates (with v of pass c's rows)
   auto load_v = [&](int64_t row, int c, float (&vr)[R]) {
-    if constexpr (kFused) {
-      lean_step_v<TAct, R, G, Tr::kRows>(p, hv, v0, lane / L + c * R * G, win, static_cast<int>(row - tr.begin), vr);
-    } else {
-      const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + vo + c * R * G;
+    const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + vo + c * R * G;
 #pragma unroll
-      for (int j = 0; j < R; ++j) vr[j] = to_float(v[j * G]);
-    }
+    for (int j = 0; j < R; ++j) vr[j] = to_float(v[j * G]);
   };
   auto inputs = [&](int64_t row, int c, float (&qr)[EPL], float (&kr)[EPL], float (&vr)[R]) {
-    float av, bv;
-    if constexpr (kFused) {
-      const int t = static_cast<int>(row - tr.begin);
-      lean_step_qk<TAct, EPL, G>(p, h, ln * EPL, win, t, qr, kr);
-      load_v(row, c, vr);
-      lean_step_ab<TAct>(p, hv, win, t, av, bv);
-    } else {
-      load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
-      load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
-      load_v(row, c, vr);
-      av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
-      bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
-    }
+    load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
+    load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
+    load_v(row, c, vr);
+    const float av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
+    const float bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
     return prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr);
   };
   // token t on pass c's rows: o, and a verify sequence's state into column t's slot
@@ -350,25 +336,47 @@ bool lean_staged(const RecurrentParams& p, int64_t nseq) {
   }
 }
 
-// One launch of the lean kernel: its verify or non-spec instance, staged or not, fused or not.
-template <typename TAct, typename TS, bool kFused>
+// Whether the default choice takes the instance with more resident blocks (GDN_REC_LEAN_MORE in the
+// environment: 0 never, 1 always): see GDN_REC_LEAN_MORE_HI above. The register form only.
+template <typename TS>
+bool lean_more(const RecurrentParams& p, int64_t nseq, bool spec) {
+  if (env_equals("GDN_REC_LEAN_MORE", "0")) return false;
+  if (env_equals("GDN_REC_LEAN_MORE", "1")) return true;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      sms <= 0) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  using Tr = LeanTraits<TS>;
+  const int64_t blocks = p.V / Tr::kRows * p.HV * nseq;
+  const int64_t wave = int64_t{Tr::min_blocks(spec, false)} * sms;  // the base form's blocks at once
+  if (blocks <= GDN_REC_LEAN_MORE_HI) return spec || blocks > GDN_REC_LEAN_MORE_LO;
+  return (spec || Tr::kWide) && blocks > wave && blocks <= GDN_REC_LEAN_MORE_WAVES * wave;
+}
+
+// One launch of the lean kernel: its verify or non-spec instance, staged or not, with more resident
+// blocks or not.
+template <typename TAct, typename TS>
 Status launch_lean_kernel(const RecurrentParams& p, int64_t nseq, bool spec, bool stage, cudaStream_t stream) {
   if constexpr (sizeof(TS) == 2) {
     if (stage) {
       const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS, true>::kRows), static_cast<unsigned>(p.HV),
                       static_cast<unsigned>(nseq));
-      return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true, true, kFused>
-                                              : recurrent_lean_kernel<TAct, TS, false, true, kFused>,
+      return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true, true>
+                                              : recurrent_lean_kernel<TAct, TS, false, true>,
                                          p);
     }
   }
   const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
                   static_cast<unsigned>(nseq));
-  return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true, false, kFused>
-                                          : recurrent_lean_kernel<TAct, TS, false, false, kFused>,
+  const bool more = lean_more<TS>(p, nseq, spec);
+  return Launch(grid, 32, 0, stream)(spec ? (more ? recurrent_lean_kernel<TAct, TS, true, false, true>
+                                                  : recurrent_lean_kernel<TAct, TS, true, false, false>)
+                                          : (more ? recurrent_lean_kernel<TAct, TS, false, false, true>
+                                                  : recurrent_lean_kernel<TAct, TS, false, false, false>),
                                      p);
 }
-
 // The lean kernel where it applies and (unless GDN_REC_LEAN=1) where it measured the faster choice;
 // nullopt: not launched.
 template <typename TAct, typename TS>
@@ -391,21 +399,7 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
   // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
   chosen = chosen && !env_equals("GDN_CUDA_TMA", "1");
   if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;
-  return launch_lean_kernel<TAct, TS, false>(p, nseq, spec, stage, stream);
-}
-
-// gdn_attention's two-launch form on the lean kernel (kFused: conv, gates, norms and recurrence
-// here; conv.cu's kernel then rolls the conv pool and copies z) where the caller opted in
-// (GDN_CUDA_LEAN_STEP=1: not yet measured on a device, so not a default) and the batch is one the
-// lean kernel takes, with no token remap and width-4 conv data it can load in vectors
-// (lean_conv_applies); 16-bit state in the staged form where the recurrence takes it
-// (lean_staged). nullopt: not launched.
-template <typename TAct, typename TS>
-std::optional<Status> launch_lean_step(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
-  if (nseq == 0 || !env_equals("GDN_CUDA_LEAN_STEP", "1")) return std::nullopt;
-  const bool spec = p.group[0].n > 0 ? p.group[0].spec : p.group[1].spec;
-  if (!lean_applies<TAct, TS>(p, spec) || !lean_conv_applies(p, sizeof(TAct))) return std::nullopt;
-  return launch_lean_kernel<TAct, TS, true>(p, nseq, spec, lean_staged<TS>(p, nseq), stream);
+  return launch_lean_kernel<TAct, TS>(p, nseq, spec, stage, stream);
 }
 
 }  // namespace gdn::cuda
