@@ -80,7 +80,7 @@ namespace gdn::cuda {
 //   <= 1024 blocks  verify -4 to -6% (float32), one-token +3 to +12%
 //   1536 (96 sequence-heads, all three models)  -12 to -19% verify and float32 one-token, -2 to -4% 16-bit one-token
 //   2048-2304 (128-144 sequence-heads, under one wave)  +8 to +14%
-//   1-10 waves  verify -1 to -22% (27B N = 4 T = 4 f32 23.0 -> 18.5), float32 one-token -1 to -5%,
+//   1-10 waves (more than one, at most ten)  verify -1 to -22% (27B N = 4 T = 4 f32 23.0 -> 18.5), float32 one-token -1 to -5%,
 //               16-bit one-token +5%
 //   > 10 waves  +0.3 to +1.8%
 // 28 blocks (72 registers, spills) measured slower everywhere (step 100).
@@ -109,6 +109,15 @@ namespace gdn::cuda {
 #define GDN_REC_LEAN_MORE_WAVES 10
 #endif
 
+// kStaged (16-bit state): the block's GDN_REC_STAGE_ROWS rows of state copied into shared memory
+// with cp.async at its start (the bytes in flight held by no register), then GDN_REC_STAGE_R rows
+// per lane at a time from there (32 rows, 4 per lane, 20 blocks per SM: 96 registers, 24 B of
+// spills, 8 KB in flight per block). H200 (bench/RESULTS.md step 98, against the pipelined kernel
+// that took these batches): one-token batches of >= GDN_REC_STAGED_MIN sequence-heads -1.4 to -4.4%
+// (bf16 decode TP1 N = 64 43.2 -> 42.3 µs); 512-1536 sequence-heads +1.7 to +6.9%, verify batches
+// +0.3 to +140%. 16 rows per block at 32 blocks (4 KB each, 40 B of spills) measured -0.3 to +3.1%
+// from 2048, 32 rows of 2 per lane at 24 blocks -0.3 to -5.1% (+19% at 512). GDN_REC_STAGED in the
+// environment: 1 wherever the 16-bit lean kernel runs (tests, A/B), 0 never.
 #ifndef GDN_REC_STAGE_ROWS
 #define GDN_REC_STAGE_ROWS 32
 #endif
@@ -197,7 +206,7 @@ __global__ void __launch_bounds__(32, LeanTraits<TState, kStaged>::min_blocks(kS
   const int acc = kSpec ? static_cast<int>(rules::accepted(na, g.cols)) : 1;
   const int32_t slot = kSpec ? col_slot(acc - 1) : col[0];  // read
   auto usable = [&](int32_t sl) { return rules::slot_valid(sl, p.num_slots, p.has_null, p.null_id); };
-  // as resolve_seq (fused: column 0's slot must be in the conv pool too)
+  // as resolve_seq
   const bool pad = !usable(col[0]) || (kSpec && !usable(slot));
 
   // this lane's elements of row j (of pass 0) of the state in slot `sl`: at(sl) + j G K
@@ -377,6 +386,7 @@ Status launch_lean_kernel(const RecurrentParams& p, int64_t nseq, bool spec, boo
                                                   : recurrent_lean_kernel<TAct, TS, false, false, false>),
                                      p);
 }
+
 // The lean kernel where it applies and (unless GDN_REC_LEAN=1) where it measured the faster choice;
 // nullopt: not launched.
 template <typename TAct, typename TS>
