@@ -209,8 +209,8 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     using Small = std::integral_constant<int, kFormSmall>;
     using Mid = std::integral_constant<int, kFormMid>;
     // gdn_attention: the fused forms (one launch where the card allows, else recurrent_kernel's
-    // fused form). The primitive op: the
-    // lean kernel where it applies and measured faster (recurrent_lean.cuh: decode and verify batches), else the pipelined sm_90
+    // fused form). The primitive op: the lean kernel where it applies and measured faster
+    // (recurrent_lean.cuh: decode and verify batches), else the pipelined sm_90
     // kernel where it applies (recurrent_tma.cuh: large batches of dense K = 128 state), else the
     // small-batch shape, the mid-batch verify form, the packed kernel, or the large-batch shape.
     if (fused) return run(T{}, Large{});

@@ -78,10 +78,11 @@ namespace gdn::cuda {
 // 3.6 -> 3.2 µs, verify T = 4 7.7 -> 6.2); the more form (24 blocks, 80 registers) against the base
 // form, both forced, per batch size in blocks (a wave: 20 blocks per SM times the SMs, 2640):
 //   <= 1024 blocks  verify -4 to -6% (float32), one-token +3 to +12%
-//   1536 (96 sequence-heads, all three models)  -12 to -19% verify and float32 one-token, -2 to -4% 16-bit one-token
+//   1536 (96 sequence-heads, all three models)  -12 to -19% verify and float32 one-token,
+//                                               -2 to -4% 16-bit one-token
 //   2048-2304 (128-144 sequence-heads, under one wave)  +8 to +14%
-//   1-10 waves (more than one, at most ten)  verify -1 to -22% (27B N = 4 T = 4 f32 23.0 -> 18.5), float32 one-token -1 to -5%,
-//               16-bit one-token +5%
+//   1-10 waves (more than one, at most ten)  verify -1 to -22% (27B N = 4 T = 4 f32 23.0 -> 18.5),
+//                                            float32 one-token -1 to -5%, 16-bit one-token +5%
 //   > 10 waves  +0.3 to +1.8%
 // 28 blocks (72 registers, spills) measured slower everywhere (step 100).
 #ifndef GDN_REC_LEAN_MB_16
@@ -206,8 +207,7 @@ __global__ void __launch_bounds__(32, LeanTraits<TState, kStaged>::min_blocks(kS
   const int acc = kSpec ? static_cast<int>(rules::accepted(na, g.cols)) : 1;
   const int32_t slot = kSpec ? col_slot(acc - 1) : col[0];  // read
   auto usable = [&](int32_t sl) { return rules::slot_valid(sl, p.num_slots, p.has_null, p.null_id); };
-  // as resolve_seq
-  const bool pad = !usable(col[0]) || (kSpec && !usable(slot));
+  const bool pad = !usable(col[0]) || (kSpec && !usable(slot));  // as resolve_seq
 
   // this lane's elements of row j (of pass 0) of the state in slot `sl`: at(sl) + j G K
   auto at = [&](int32_t sl) {
@@ -347,18 +347,18 @@ bool lean_staged(const RecurrentParams& p, int64_t nseq) {
 
 // Whether the default choice takes the instance with more resident blocks (GDN_REC_LEAN_MORE in the
 // environment: 0 never, 1 always): see GDN_REC_LEAN_MORE_HI above. The register form only.
+// `blocks`: the launch's grid size.
 template <typename TS>
-bool lean_more(const RecurrentParams& p, int64_t nseq, bool spec) {
+bool lean_more(int64_t blocks, bool spec) {
   if (env_equals("GDN_REC_LEAN_MORE", "0")) return false;
   if (env_equals("GDN_REC_LEAN_MORE", "1")) return true;
   int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      sms <= 0) {
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
     (void)cudaGetLastError();
     return false;
   }
   using Tr = LeanTraits<TS>;
-  const int64_t blocks = p.V / Tr::kRows * p.HV * nseq;
   const int64_t wave = int64_t{Tr::min_blocks(spec, false)} * sms;  // the base form's blocks at once
   if (blocks <= GDN_REC_LEAN_MORE_HI) return spec || blocks > GDN_REC_LEAN_MORE_LO;
   return (spec || Tr::kWide) && blocks > wave && blocks <= GDN_REC_LEAN_MORE_WAVES * wave;
@@ -379,7 +379,7 @@ Status launch_lean_kernel(const RecurrentParams& p, int64_t nseq, bool spec, boo
   }
   const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
                   static_cast<unsigned>(nseq));
-  const bool more = lean_more<TS>(p, nseq, spec);
+  const bool more = lean_more<TS>(int64_t{grid.x} * grid.y * grid.z, spec);
   return Launch(grid, 32, 0, stream)(spec ? (more ? recurrent_lean_kernel<TAct, TS, true, false, true>
                                                   : recurrent_lean_kernel<TAct, TS, true, false, false>)
                                           : (more ? recurrent_lean_kernel<TAct, TS, false, false, true>
