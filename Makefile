@@ -1,11 +1,13 @@
 # make test  — install what is missing (Debian), configure, build, run every test.
 # make demo  — build and run the main job (gdn demo; `gdn replay DIR` replays capture files).
 # make test-python — build the torch extension in $(BUILD) and run python/tests (pytest).
+# make test-cpu-only — the CPU-only configuration (GDN_ENABLE_CUDA=OFF, no CUDA headers needed) in
+#   $(BUILD)-cpu: builds everything and runs the C++ tests (CI runs it after make test).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test test-python demo clean
+.PHONY: deps configure build test test-python test-cpu-only demo clean
 
 deps:
 	@./scripts/install_deps.sh
@@ -31,8 +33,13 @@ test-python: deps
 	GDN_TORCH_LIB=$(abspath $(BUILD))/lib GDN_TORCH_HARNESS=$(abspath $(BUILD))/bin/gdn_torch_api_harness \
 	  PYTHONPATH=$(CURDIR)/python $$py -m pytest -q -p no:cacheprovider python/tests
 
+test-cpu-only: deps
+	cmake -S . -B $(BUILD)-cpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDN_ENABLE_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-cpu -j $(JOBS)
+	ctest --test-dir $(BUILD)-cpu --output-on-failure -j $(JOBS)
+
 demo: build
 	$(BUILD)/bin/gdn demo $(DEMO_ARGS)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-cpu

@@ -11,7 +11,6 @@ using validate_detail::activation_dtype;
 using validate_detail::any_float_dtype;
 using validate_detail::bool_dtype;
 using validate_detail::check_slots_pair;
-using validate_detail::float32_dtype;
 using validate_detail::index_dtype;
 using validate_detail::kAnySize;
 using validate_detail::Presence;
@@ -36,7 +35,14 @@ Status check_conv_common(Validator& v, const Args& a, int64_t* T, int64_t* D, in
   GDN_RETURN_IF_ERROR(v.tensor("bias", a.bias, like_x, {{"D", *D}}, Presence::kOptional));
   GDN_RETURN_IF_ERROR(
       v.tensor("conv_state", a.conv_state, like_x, {{"num_slots", kAnySize}, {"rows", kAnySize}, {"D", *D}}));
-  return v.tensor("y", a.y, like_x, {{"T", *T}, {"D", *D}});
+  GDN_RETURN_IF_ERROR(v.tensor("y", a.y, like_x, {{"T", *T}, {"D", *D}}));
+  // In place (y is x itself) is exact; any other overlap would read outputs as inputs.
+  const bool same = a.y.data == a.x.data && a.y.stride[0] == a.x.stride[0];
+  if (!same && validate_detail::overlaps(a.x, a.y)) {
+    return v.must("y", "x itself (same data and row stride: an in-place convolution) or memory that does not overlap x",
+                  a.y);
+  }
+  return Status::Ok();
 }
 
 Status check_conv_rows(const Validator& v, const TensorView& conv_state, int64_t need, const std::string& why) {
@@ -65,7 +71,7 @@ Status check_gated_delta_rule(const char* op, const GatedDeltaRuleArgs& a, bool 
   }
   GDN_RETURN_IF_ERROR(v.tensor("a", a.a, like_q, {{"T", T}, {"HV", HV}}));
   GDN_RETURN_IF_ERROR(v.tensor("b", a.b, like_q, {{"T", T}, {"HV", HV}}));
-  GDN_RETURN_IF_ERROR(v.tensor("A_log", a.A_log, float32_dtype(), {{"HV", HV}}));
+  GDN_RETURN_IF_ERROR(v.tensor("A_log", a.A_log, any_float_dtype(), {{"HV", HV}}));
   GDN_RETURN_IF_ERROR(v.tensor("dt_bias", a.dt_bias, any_float_dtype(), {{"HV", HV}}));
   if (a.state_layout == StateLayout::kVK) {
     GDN_RETURN_IF_ERROR(v.tensor("ssm_state (state_layout vk)", a.ssm_state, activation_dtype(),

@@ -11,7 +11,6 @@ namespace gdn {
 using validate_detail::activation_dtype;
 using validate_detail::any_float_dtype;
 using validate_detail::bool_dtype;
-using validate_detail::float32_dtype;
 using validate_detail::index_dtype;
 using validate_detail::kAnySize;
 using validate_detail::mul_add;
@@ -137,7 +136,7 @@ Status validate(const GdnAttentionArgs& a) {
   const int64_t num_slots = a.conv_state.shape[0];
   GDN_RETURN_IF_ERROR(v.tensor("ssm_state", a.ssm_state, activation_dtype(),
                                {{"num_slots of conv_state", num_slots}, {"HV/tp", HV}, {"V", V}, {"K", K}}));
-  GDN_RETURN_IF_ERROR(v.tensor("A_log", a.A_log, float32_dtype(), {{"HV/tp", HV}}));
+  GDN_RETURN_IF_ERROR(v.tensor("A_log", a.A_log, any_float_dtype(), {{"HV/tp", HV}}));
   GDN_RETURN_IF_ERROR(v.tensor("dt_bias", a.dt_bias, any_float_dtype(), {{"HV/tp", HV}}));
 
   const int64_t n_ns = a.num_prefills + a.num_decodes, n_spec = a.num_spec_decodes;

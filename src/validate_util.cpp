@@ -189,6 +189,22 @@ Status check_slots_pair(Validator& v, const TensorView& si, const TensorView& na
   return Status::Ok();
 }
 
+bool overlaps(const TensorView& a, const TensorView& b) {
+  if (!a.present() || !b.present() || a.numel() == 0 || b.numel() == 0 || a.device != b.device) return false;
+  // [first byte, last byte + 1): dim 0 strided, the rest dense (validated).
+  auto span = [](const TensorView& t, uintptr_t* lo, uintptr_t* hi) {
+    int64_t row = 1;
+    for (int d = 1; d < t.ndim; ++d) row *= t.shape[d];
+    const int64_t last = (t.ndim > 0 ? (t.shape[0] - 1) * t.stride[0] : 0) + row;
+    *lo = reinterpret_cast<uintptr_t>(t.data);
+    *hi = *lo + static_cast<uintptr_t>(last) * dtype_size(t.dtype);
+  };
+  uintptr_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+  span(a, &a0, &a1);
+  span(b, &b0, &b1);
+  return a0 < b1 && b0 < a1;
+}
+
 bool mul_add(int64_t a, int64_t b, int64_t c, int64_t* out) {
   int64_t p = 0;
   return !__builtin_mul_overflow(a, b, &p) && !__builtin_add_overflow(p, c, out);

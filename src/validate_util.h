@@ -94,6 +94,9 @@ class Validator {
 Status check_slots_pair(Validator& v, const TensorView& state_indices, const TensorView& num_accepted_tokens,
                         int64_t* n, int64_t* cols, bool* verify);
 
+// Whether the bytes two views span (from their data pointers to their last elements) intersect.
+bool overlaps(const TensorView& a, const TensorView& b);
+
 // a * b + c in int64, false on overflow.
 bool mul_add(int64_t a, int64_t b, int64_t c, int64_t* out);
 

@@ -19,11 +19,12 @@
 #include <optional>
 
 #include "cuda_device.h"
-#include "pdl_writer.h"
 #include "prop_ops.h"
 #include "scoped_env.h"
 
 #ifdef GDN_WITH_CUDA
+#include "pdl_writer.h"
+
 namespace gdn::prop {
 namespace {
 

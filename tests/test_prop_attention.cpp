@@ -148,6 +148,46 @@ TEST_P(PropAttention, ReorderInputIsAColumnPermutation) {
   }
 }
 
+// A_log in the checkpoint's dtype (bfloat16 / float16, as a bf16 model keeps it): the gates are
+// computed in float32 from its values, so the result is the float32 A_log run's of the same
+// (rounded) values, byte for byte, on every backend; for gdn_attention and the recurrent op.
+TEST_P(PropAttention, ALogInTheModelDtypeEqualsFloat32OfItsValues) {
+  const AttnParam& prm = GetParam();
+  PROP_SKIP_IF_UNAVAILABLE(prm.backend);
+  for (DType low : {DType::kBFloat16, DType::kFloat16}) {
+    Rng r(300 + static_cast<int>(low));
+    AttnProblem p = make_variant(prm, 0, r);
+    Buf a_low(low, {p.HV});
+    for (int64_t h = 0; h < p.HV; ++h) a_low.set(h, p.A_log.get(h));
+    Buf a_f32(DType::kFloat32, {p.HV});
+    for (int64_t h = 0; h < p.HV; ++h) a_f32.set(h, a_low.get(h));  // exact: float32 holds every 16-bit value
+    SCOPED_TRACE(::testing::Message() << "A_log " << dtype_short(low) << " " << describe(p));
+    AttnProblem pl = p, pf = p;
+    pl.A_log = a_low;
+    pf.A_log = a_f32;
+    Buf core_l, z_l, core_f, z_f;
+    make_outputs(p, &core_l, &z_l, 0);
+    make_outputs(p, &core_f, &z_f, 0);
+    PROP_ASSERT_OK(run_attention(prm.backend, pl, core_l, z_l));
+    PROP_ASSERT_OK(run_attention(prm.backend, pf, core_f, z_f));
+    expect_same_results(pl, core_l, z_l, pf, core_f, z_f, true, "gdn_attention, A_log 16-bit vs float32");
+    // The recurrent op on the same tokens (composition's primitive).
+    Rng rg(400);
+    GdrIn g = make_gdr_in(rg, 6, p.H, p.HV, p.K, p.V, p.act, DType::kFloat32);
+    GdrIn gl = g, gf = g;
+    gl.A_log = a_low;
+    gf.A_log = a_f32;
+    Buf qsl = index_buf({0, 1, 6}), slots = index_buf({1, 0});
+    Buf pool_l = make_ssm_pool(p.ssm_dtype, 2, p.HV, p.K, p.V, StateLayout::kVK), pool_f = pool_l;
+    Buf o_l(p.act, {6, p.HV, p.V}), o_f(p.act, {6, p.HV, p.V});
+    PROP_ASSERT_OK(run_gdr(prm.backend, false, gl, pool_l, StateLayout::kVK, qsl, slots, nullptr, nullptr, o_l));
+    PROP_ASSERT_OK(run_gdr(prm.backend, false, gf, pool_f, StateLayout::kVK, qsl, slots, nullptr, nullptr, o_f));
+    EXPECT_EQ(byte_diff(o_l, o_f), "") << "gated_delta_rule_recurrent o, A_log 16-bit vs float32";
+    EXPECT_EQ(byte_diff(pool_l, pool_f), "") << "gated_delta_rule_recurrent state, A_log 16-bit vs float32";
+    if (HasFailure()) return;
+  }
+}
+
 std::vector<AttnParam> all_params() {
   std::vector<AttnParam> v;
   for (Backend b : {Backend::kCPU, Backend::kCUDA})

@@ -357,11 +357,16 @@ TEST(ValidateGatedDeltaRule, ZeroHeadDim) {
   expect_rejected(c, {"q must be [T, H, K] with K > 0", "got float32 [5, 2, 0]"});
 }
 
-TEST(ValidateGatedDeltaRule, ALogMustBeFloat32) {
+// A_log in the checkpoint's dtype (a bf16 model keeps it in bfloat16), like dt_bias.
+TEST(ValidateGatedDeltaRule, ALogMustBeFloat) {
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat64}) {
+    GdrCase c;
+    c.args.A_log.dtype = t;
+    GDN_ASSERT_VALID(c);
+  }
   GdrCase c;
-  GDN_ASSERT_VALID(c);
-  c.args.A_log.dtype = DType::kBFloat16;
-  expect_rejected(c, {"A_log must be float32 [HV] = [4]", "got bfloat16 [4]"});
+  c.args.A_log.dtype = kI32;
+  expect_rejected(c, {"A_log must be float32, bfloat16, float16 or float64 [HV] = [4]", "got int32 [4]"});
 }
 
 TEST(ValidateGatedDeltaRule, DtBiasMustBeFloat) {

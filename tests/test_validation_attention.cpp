@@ -142,8 +142,10 @@ TEST(ValidateAttention, SsmStateShapeAndSlots) {
 TEST(ValidateAttention, GateParameterDtypes) {
   AttentionCase c;
   GDN_ASSERT_VALID(c);
-  c.args.A_log.dtype = DType::kFloat16;
-  expect_rejected(c, {"A_log must be float32 [HV/tp] = [4]", "got float16 [4]"});
+  c.args.A_log.dtype = DType::kBFloat16;  // the checkpoint's dtype is accepted
+  GDN_ASSERT_VALID(c);
+  c.args.A_log.dtype = DType::kInt64;
+  expect_rejected(c, {"A_log must be float32, bfloat16, float16 or float64 [HV/tp] = [4]", "got int64 [4]"});
   AttentionCase d;
   d.args.dt_bias = d.pool.make(kF32, {8});
   expect_rejected(d, {"dt_bias must be float32, bfloat16, float16 or float64 [HV/tp] = [4]", "got float32 [8]"});

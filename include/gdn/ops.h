@@ -66,7 +66,7 @@ struct GatedDeltaRuleArgs {
   TensorView q, k;                 // [T, H, K]
   TensorView v;                    // [T, HV, V]
   TensorView a, b;                 // [T, HV] raw gate inputs
-  TensorView A_log;                // [HV] float32
+  TensorView A_log;                // [HV] any float dtype (gates computed in float32)
   TensorView dt_bias;              // [HV] any float dtype
   TensorView ssm_state;            // [num_slots, HV, V, K] (vk) or [num_slots, HV, K, V] (kv)
   TensorView query_start_loc;      // [n+1]
@@ -94,7 +94,7 @@ struct GdnAttentionArgs {
   TensorView conv_weights;       // [D, W]
   TensorView conv_bias;          // [D] or absent
   Activation activation = Activation::kSilu;
-  TensorView A_log;              // [HV]
+  TensorView A_log;              // [HV] any float dtype
   TensorView dt_bias;            // [HV]
   int64_t num_prefills = 0, num_decodes = 0, num_spec_decodes = 0;
   TensorView has_initial_state;              // [num_prefills + num_decodes] bool or absent

@@ -16,9 +16,11 @@ Common conventions (SPEC.md):
 * A slot that is negative, ``>= num_slots`` or equal to ``null_block_id`` marks a padded sequence:
   no state is read or written and its output rows are zero.
 * Tensors must be dense except in dim 0, whose stride may be larger (padded pools, row views).
-* Activations and conv weights/state: float32, bfloat16 or float16. ``A_log``: float32.
-* ``out=`` writes a caller's buffer instead of allocating (it may be ``x`` itself in eager mode,
-  for an in-place convolution; not under ``torch.compile``).
+* Activations and conv weights/state: float32, bfloat16 or float16. ``A_log`` and ``dt_bias``: any
+  float dtype (a bf16 checkpoint's own tensors); the gates are computed in float32.
+* ``out=`` writes a caller's buffer instead of allocating. It may be ``x`` itself (an in-place
+  convolution, exact: each input row is read before its output row is written; eager mode only,
+  not under ``torch.compile``); a buffer that overlaps ``x`` otherwise is rejected.
 """
 
 from typing import Optional
@@ -172,7 +174,7 @@ def gated_delta_rule_recurrent(
         q, k: ``[T, H, K]`` float32 / bfloat16 / float16.
         v: ``[T, HV, V]``, dtype of ``q``; ``HV`` a multiple of ``H``; ``K != V`` is fine.
         a, b: ``[T, HV]`` raw gate inputs, dtype of ``q``.
-        A_log: ``[HV]`` float32.
+        A_log: ``[HV]`` any float dtype (float32, bfloat16, float16, float64).
         dt_bias: ``[HV]`` any float dtype.
         ssm_state: ``[num_slots, HV, V, K]`` (``state_layout="vk"``) or ``[num_slots, HV, K, V]``
             (``"kv"``), float32 / bfloat16 / float16; updated in place.
@@ -296,7 +298,7 @@ def gdn_attention(
         ssm_state: ``[num_slots, HV, V, K]`` ("vk") float32 / bfloat16 / float16; updated.
         conv_weights: ``[D, W]``; conv_bias: ``[D]`` or None.
         activation: ``"silu"`` or ``"identity"``.
-        A_log: ``[HV]`` float32; dt_bias: ``[HV]`` any float dtype.
+        A_log: ``[HV]``, dt_bias: ``[HV]``, any float dtype each (the gates are computed in float32).
         num_prefills, num_decodes: counts of non-speculative sequences (only their sum matters).
         num_spec_decodes: count of verify sequences.
         has_initial_state: ``[num_prefills + num_decodes]`` bool or None (all true).

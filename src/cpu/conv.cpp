@@ -42,38 +42,41 @@ inline const char* x_at(const TensorView& x, int64_t row, int64_t c) {
 }
 
 // One sequence, channels [c0, c1): window (W-1 rows of raw bytes, oldest first) ++ L tokens from
-// x rows begin.. -> y rows. `store(t)` returns where the W-1 inputs ending at token t go (nullptr:
-// nowhere); it is called for every token.
-template <typename StoreFn>
-void conv_sequence(const ConvCommon& p, const std::vector<char>& window, int64_t begin, int64_t len,
-                   int64_t c0, int64_t c1, StoreFn store_rows) {
+// x rows begin.. -> y rows. Token t's input row is read before its output row is written and the
+// window slides in its own buffer, so y may be x itself (in-place convolution). After token t,
+// `store_rows(t, r)` returns where row r of the W-1 inputs ending at token t goes (nullptr:
+// nowhere), and `keep(t, row)` sees token t's raw input (nb elements).
+template <typename StoreFn, typename KeepFn>
+void conv_sequence(const ConvCommon& p, std::vector<char> window, int64_t begin, int64_t len, int64_t c0,
+                   int64_t c1, StoreFn store_rows, KeepFn keep) {
   const TensorView& x = *p.x;
   const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
-  const int64_t W = p.W, nb = c1 - c0;
-  // Raw input element i of (window ++ tokens), channel c (relative to c0).
-  auto raw = [&](int64_t i, int64_t c) -> const char* {
-    if (i < W - 1) return window.data() + (i * nb + c) * es;
-    return x_at(x, begin + i - (W - 1), c0 + c);
-  };
+  const int64_t W = p.W, nb = c1 - c0, row_bytes = nb * es;
+  std::vector<char> cur(static_cast<size_t>(row_bytes));
   for (int64_t t = 0; t < len; ++t) {
+    std::memcpy(cur.data(), x_at(x, begin + t, c0), row_bytes);  // u_t, before y row t is written
     for (int64_t c = 0; c < nb; ++c) {
       const int64_t ch = c0 + c;
       float acc = p.bias->present() ? load_f(p.bias->data, p.bias->dtype, ch) : 0.f;
-      for (int64_t j = 0; j < W; ++j) {
+      for (int64_t j = 0; j < W - 1; ++j) {
         float w = load_f(p.weight->data, p.weight->dtype, ch * p.weight->stride[0] + j);
-        acc += w * load_f(raw(t + j, c), x.dtype, 0);
+        acc += w * load_f(window.data() + (j * nb + c) * es, x.dtype, 0);
       }
+      acc += load_f(p.weight->data, p.weight->dtype, ch * p.weight->stride[0] + W - 1) * load_f(cur.data() + c * es, x.dtype, 0);
       if (p.silu) acc = silu(acc);
       store_f(p.y->data, p.y->dtype, (begin + t) * p.y->stride[0] + ch, acc);
     }
-    // Rows 0..W-2 after token t hold inputs t+1 .. t+W-1 of (window ++ tokens).
+    keep(t, cur.data());
+    // The window slides: rows 0..W-2 now hold inputs t+1 .. t+W-1 of (window ++ tokens).
+    std::memmove(window.data(), window.data() + row_bytes, static_cast<size_t>((W - 2) * row_bytes));
+    std::memcpy(window.data() + (W - 2) * row_bytes, cur.data(), row_bytes);
     for (int64_t r = 0; r < W - 1; ++r) {
       char* dst = store_rows(t, r);
-      if (!dst) continue;
-      for (int64_t c = 0; c < nb; ++c) std::memcpy(dst + c * es, raw(t + 1 + r, c), es);
+      if (dst) std::memcpy(dst, window.data() + r * row_bytes, row_bytes);
     }
   }
 }
+inline void keep_none(int64_t, const char*) {}
 
 void zero_rows(const TensorView& y, int64_t begin, int64_t len, int64_t c0, int64_t c1) {
   for (int64_t t = 0; t < len; ++t)
@@ -110,9 +113,10 @@ Status causal_conv1d_fwd(const CausalConv1dFwdArgs& a) {
     }
     const bool init = load_bool(a.has_initial_state, i, true);
     const auto win = read_window(a.conv_state, init ? slot : -1, 0, p.W, c0, c1);
-    conv_sequence(p, win, tr.begin, tr.len, c0, c1, [&](int64_t t, int64_t r) -> char* {
-      return t == tr.len - 1 ? pool_at(a.conv_state, slot, r, c0) : nullptr;
-    });
+    conv_sequence(
+        p, win, tr.begin, tr.len, c0, c1,
+        [&](int64_t t, int64_t r) -> char* { return t == tr.len - 1 ? pool_at(a.conv_state, slot, r, c0) : nullptr; },
+        keep_none);
   });
   return Status::Ok();
 }
@@ -141,9 +145,10 @@ Status causal_conv1d_update(const CausalConv1dUpdateArgs& a) {
     }
     if (!spec) {  // plain decode / short non-spec sequence: window = rows 0..W-2, last W-1 inputs stored
       const auto win = read_window(a.conv_state, slot0, 0, p.W, c0, c1);
-      conv_sequence(p, win, tr.begin, tr.len, c0, c1, [&](int64_t t, int64_t r) -> char* {
-        return t == tr.len - 1 ? pool_at(a.conv_state, slot0, r, c0) : nullptr;
-      });
+      conv_sequence(
+          p, win, tr.begin, tr.len, c0, c1,
+          [&](int64_t t, int64_t r) -> char* { return t == tr.len - 1 ? pool_at(a.conv_state, slot0, r, c0) : nullptr; },
+          keep_none);
       return;
     }
     const int64_t acc = rules::accepted(load_index1(a.num_accepted_tokens, i), cols);
@@ -156,26 +161,30 @@ Status causal_conv1d_update(const CausalConv1dUpdateArgs& a) {
       // input r+1 of (window ++ tokens).
       const auto win = read_window(a.conv_state, slot0, acc - 1, p.W, c0, c1);
       const int64_t stored = std::min(tr.len, cols);
-      const int64_t es = static_cast<int64_t>(dtype_size(a.x.dtype)), nb = c1 - c0;
-      conv_sequence(p, win, tr.begin, tr.len, c0, c1, [](int64_t, int64_t) -> char* { return nullptr; });
-      for (int64_t r = 0; r < p.W - 2 + stored; ++r) {
-        const int64_t src = r + 1;  // index into (window ++ tokens)
-        char* dst = pool_at(a.conv_state, slot0, r, c0);
-        if (src < p.W - 1)
-          std::memcpy(dst, win.data() + src * nb * es, nb * es);
-        else
-          for (int64_t c = 0; c < nb; ++c) std::memcpy(dst + c * es, x_at(a.x, tr.begin + src - (p.W - 1), c0 + c), es);
-      }
+      const int64_t es = static_cast<int64_t>(dtype_size(a.x.dtype)), row_bytes = (c1 - c0) * es;
+      // (window ++ the first `stored` tokens), raw: rows 1.. of it go to the line afterwards.
+      std::vector<char> line(win);
+      line.resize(static_cast<size_t>((p.W - 1 + stored) * row_bytes));
+      conv_sequence(
+          p, win, tr.begin, tr.len, c0, c1, [](int64_t, int64_t) -> char* { return nullptr; },
+          [&](int64_t t, const char* u) {
+            if (t < stored) std::memcpy(line.data() + (p.W - 1 + t) * row_bytes, u, row_bytes);
+          });
+      for (int64_t r = 0; r < p.W - 2 + stored; ++r)
+        std::memcpy(pool_at(a.conv_state, slot0, r, c0), line.data() + (r + 1) * row_bytes, row_bytes);
       return;
     }
     // Per-token layout: window from slot of column acc-1; after token t, slot of column t.
     const int64_t read_slot = slot_at(i, acc - 1);
     const auto win = read_window(a.conv_state, read_slot, 0, p.W, c0, c1);
-    conv_sequence(p, win, tr.begin, tr.len, c0, c1, [&](int64_t t, int64_t r) -> char* {
-      if (t >= cols) return nullptr;
-      const int64_t s = slot_at(i, t);
-      return valid(s) ? pool_at(a.conv_state, s, r, c0) : nullptr;
-    });
+    conv_sequence(
+        p, win, tr.begin, tr.len, c0, c1,
+        [&](int64_t t, int64_t r) -> char* {
+          if (t >= cols) return nullptr;
+          const int64_t s = slot_at(i, t);
+          return valid(s) ? pool_at(a.conv_state, s, r, c0) : nullptr;
+        },
+        keep_none);
   });
   return Status::Ok();
 }
