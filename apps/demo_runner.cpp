@@ -177,6 +177,7 @@ Status ModelRunner::attention(size_t l, const Batch& b) {
   a.dt_bias = L.dt_bias.view(DType::kFloat32, {HV});
   a.reorder_input = c.block_layout;
   a.tp_size = 1;
+  a.spec_conv_layout = SpecConvLayout::kRolling;  // the demo's pools keep one rolling line per sequence
 
   MetaViews m;
   GDN_RETURN_IF_ERROR(index_view(b.ns_qsl, DType::kInt32, {nn + 1}, dev, &d_ns_qsl_, &m.ns_qsl));

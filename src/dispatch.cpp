@@ -1,5 +1,9 @@
 // The one dispatch point per op: validate on the host, then hand the call to the backend of the
 // tensors' device. Nothing is read or written before validation succeeds.
+#include <exception>
+#include <new>
+#include <string>
+
 #include "cpu/backend.h"
 #include "gdn/ops.h"
 #ifdef GDN_WITH_CUDA
@@ -15,11 +19,21 @@ namespace {
 }
 
 // `probe` is the tensor whose device decides the backend (validation checked that all agree).
+// The CPU backend allocates host scratch (up front, before any write); no exception leaves the
+// library.
 template <typename Args, typename Cpu, typename Cuda>
 Status run([[maybe_unused]] const char* op, const Args& args, const TensorView& probe, Status valid, Cpu cpu_fn, Cuda cuda_fn,
            void* stream) {
   GDN_RETURN_IF_ERROR(valid);
-  if (probe.device == Device::kCPU) return cpu_fn(args);
+  if (probe.device == Device::kCPU) {
+    try {
+      return cpu_fn(args);
+    } catch (const std::bad_alloc&) {
+      return Status::Error(std::string(op) + ": out of host memory");
+    } catch (const std::exception& e) {
+      return Status::Error(std::string(op) + ": " + e.what());
+    }
+  }
 #ifdef GDN_WITH_CUDA
   return cuda_fn(args, stream);
 #else

@@ -101,6 +101,7 @@ Status check_group(Validator& v, const GroupNames& g, int64_t n, const TensorVie
 Status validate(const GdnAttentionArgs& a) {
   Validator v("gdn_attention");
   GDN_RETURN_IF_ERROR(check_scalars(v, a));
+  GDN_RETURN_IF_ERROR(v.spec_layout(a.spec_conv_layout, "spec_conv_layout"));
   const int64_t tp = a.tp_size, K = a.head_k_dim, V = a.head_v_dim;
   const int64_t H = a.num_k_heads / tp, HV = a.num_v_heads / tp, r = a.num_v_heads / a.num_k_heads;
   // qkvz width H (2K + 2rV), ba width 2 HV, conv channels D = 2 H K + HV V.
@@ -156,12 +157,12 @@ Status validate(const GdnAttentionArgs& a) {
   GDN_RETURN_IF_ERROR(v.tensor("num_accepted_tokens", a.num_accepted_tokens, index_dtype(),
                                {{"num_spec_decodes", n_spec}}, n_spec > 0 ? Presence::kRequired : Presence::kOptional));
 
-  const bool has_spec = a.spec_state_indices_tensor.present();
-  const int64_t need_rows = has_spec ? W - 2 + cols : W - 1;
+  const bool rolling = a.spec_state_indices_tensor.present() && a.spec_conv_layout == SpecConvLayout::kRolling;
+  const int64_t need_rows = rolling ? W - 2 + cols : W - 1;
   if (a.conv_state.shape[1] < need_rows) {
     return v.must("conv_state",
                   std::string("[num_slots, rows, D] with rows >= ") +
-                      (has_spec ? "W-2+cols (rolling verify layout)" : "W-1") + " = " + str(need_rows),
+                      (rolling ? "W-2+cols (spec_conv_layout rolling)" : "W-1") + " = " + str(need_rows),
                   a.conv_state);
   }
   return Status::Ok();

@@ -143,9 +143,10 @@ Status Validator::activation(Activation a) const {
   return fail("activation must be silu or identity, got unknown activation " + std::to_string(static_cast<int>(a)));
 }
 
-Status Validator::spec_layout(SpecConvLayout l) const {
+Status Validator::spec_layout(SpecConvLayout l, const char* name) const {
   if (l == SpecConvLayout::kRolling || l == SpecConvLayout::kPerToken) return Status::Ok();
-  return fail("spec_layout must be rolling or per_token, got unknown layout " + std::to_string(static_cast<int>(l)));
+  return fail(std::string(name) + " must be rolling or per_token, got unknown layout " +
+              std::to_string(static_cast<int>(l)));
 }
 
 Status Validator::state_layout(StateLayout l) const {

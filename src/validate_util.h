@@ -74,7 +74,7 @@ class Validator {
   Status positive(const char* name, const TensorView& t, int d, const char* shape, const char* dim_name) const;
 
   Status activation(Activation a) const;
-  Status spec_layout(SpecConvLayout l) const;
+  Status spec_layout(SpecConvLayout l, const char* name = "spec_layout") const;
   Status state_layout(StateLayout l) const;
   Status scale(const std::optional<double>& s) const;
   // weight [D, W]: 2 <= W <= 5.

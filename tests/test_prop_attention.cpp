@@ -1,5 +1,6 @@
 // Property 3: gdn_attention == the composition of the primitive ops.
 // Property 5: reorder_input true and false agree when the projection columns are permuted.
+// Both for the verify conv layouts, rolling and per token (pools of exactly W-1 rows and of more).
 //
 // Mixed batches: prefills (including 1-token prefills and sequences without initial state),
 // decodes, ragged verify sequences, padding sequences (slot -1, verify column 0 = -1), token
@@ -39,10 +40,14 @@ std::string param_name(const ::testing::TestParamInfo<AttnParam>& info) {
 class PropAttention : public ::testing::TestWithParam<AttnParam> {};
 
 // Problem variants; each exercises a different corner of the argument list.
-AttnProblem make_variant(const AttnParam& prm, int variant, Rng& r) {
+// layout: the verify conv layout; per token, odd variants get pools of exactly W-1 rows.
+AttnProblem make_variant(const AttnParam& prm, int variant, Rng& r,
+                         SpecConvLayout layout = SpecConvLayout::kRolling) {
   AttnProblem p;
   p.act = prm.act;
   p.ssm_dtype = prm.ssm;
+  p.conv_layout = layout;
+  if (layout == SpecConvLayout::kPerToken) p.conv_rows_extra = variant % 2 ? 0 : 2;
   MixOptions m;
   switch (variant) {
     case 0: p.cols = 3; break;
@@ -110,9 +115,11 @@ void expect_same_results(const AttnProblem& pa, const Buf& core_a, const Buf& z_
 TEST_P(PropAttention, FusedEqualsComposition) {
   const AttnParam& prm = GetParam();
   PROP_SKIP_IF_UNAVAILABLE(prm.backend);
-  for (int variant = 0; variant < kVariants; ++variant) {
+  for (int lv = 0; lv < 2 * kVariants; ++lv) {
+    const int variant = lv % kVariants;
+    const SpecConvLayout layout = lv < kVariants ? SpecConvLayout::kRolling : SpecConvLayout::kPerToken;
     Rng r(100 + variant);
-    AttnProblem p = make_variant(prm, variant, r);
+    AttnProblem p = make_variant(prm, variant, r, layout);
     SCOPED_TRACE(::testing::Message() << "backend=" << capture::backend_name(prm.backend) << " variant=" << variant
                                       << " " << describe(p));
     AttnProblem fused = p, composed = p;
@@ -130,9 +137,11 @@ TEST_P(PropAttention, FusedEqualsComposition) {
 TEST_P(PropAttention, ReorderInputIsAColumnPermutation) {
   const AttnParam& prm = GetParam();
   PROP_SKIP_IF_UNAVAILABLE(prm.backend);
-  for (int variant = 0; variant < kVariants; ++variant) {
+  for (int lv = 0; lv < 2 * kVariants; ++lv) {
+    const int variant = lv % kVariants;
+    const SpecConvLayout layout = lv < kVariants ? SpecConvLayout::kRolling : SpecConvLayout::kPerToken;
     Rng r(200 + variant);
-    AttnProblem p = make_variant(prm, variant, r);
+    AttnProblem p = make_variant(prm, variant, r, layout);
     SCOPED_TRACE(::testing::Message() << "backend=" << capture::backend_name(prm.backend) << " variant=" << variant
                                       << " " << describe(p));
     AttnProblem other = p;

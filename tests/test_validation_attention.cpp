@@ -211,13 +211,26 @@ TEST(ValidateAttention, TokenIndexMustBeOneDimensional) {
   expect_rejected(c, {"spec_token_indx must be int32 or int64 [tokens]", "got int32 [2, 1]"});
 }
 
-TEST(ValidateAttention, TooFewConvRowsForRollingVerify) {
+// The verify conv layout sets the rows the pool needs: the rolling line W-2+cols, per token
+// (the default, vllm-xpu-kernels' layout) W-1.
+TEST(ValidateAttention, ConvRowsFollowTheSpecConvLayout) {
   AttentionCase c;
+  c.args.spec_conv_layout = gdn::SpecConvLayout::kRolling;
   GDN_ASSERT_VALID(c);
   c.args.conv_state = c.pool.make(kF32, {6, 4, 48});
-  expect_rejected(c, {"conv_state must be [num_slots, rows, D] with rows >= W-2+cols (rolling verify layout) = 5",
+  expect_rejected(c, {"conv_state must be [num_slots, rows, D] with rows >= W-2+cols (spec_conv_layout rolling) = 5",
                       "got float32 [6, 4, 48]"});
-  c.args.num_spec_decodes = 0;  // without verify sequences W-1 rows are enough
+  c.args.spec_conv_layout = gdn::SpecConvLayout::kPerToken;  // per draft slot: W-1 rows suffice
+  GDN_ASSERT_VALID(c);
+  c.args.conv_state = c.pool.make(kF32, {6, 3, 48});
+  GDN_ASSERT_VALID(c);
+  c.args.conv_state = c.pool.make(kF32, {6, 2, 48});
+  expect_rejected(c, {"conv_state must be [num_slots, rows, D] with rows >= W-1 = 3", "got float32 [6, 2, 48]"});
+  c.args.spec_conv_layout = static_cast<gdn::SpecConvLayout>(7);
+  expect_rejected(c, {"spec_conv_layout must be rolling or per_token", "got unknown layout 7"});
+  c.args.spec_conv_layout = gdn::SpecConvLayout::kRolling;
+  c.args.conv_state = c.pool.make(kF32, {6, 4, 48});
+  c.args.num_spec_decodes = 0;  // without verify sequences W-1 rows are enough in either layout
   c.args.spec_query_start_loc = TensorView{};
   c.args.spec_state_indices_tensor = TensorView{};
   c.args.spec_token_indx = TensorView{};

@@ -131,6 +131,7 @@ Status run_attention(Case& c, capture::Backend backend) {
   a.reorder_input = c.file.params.value("reorder_input", false);
   a.null_block_id = param_opt_int(c, "null_block_id");
   GDN_RETURN_IF_ERROR(parse_activation(param_str(c, "activation", "silu"), &a.activation));
+  GDN_RETURN_IF_ERROR(parse_spec_conv_layout(param_str(c, "spec_conv_layout", "rolling"), &a.spec_conv_layout));
   const int64_t tp = a.tp_size > 0 ? a.tp_size : 1;
   const HostTensor* ref = c.file.find("out.core_attn_out");
   const int64_t rows = ref ? ref->shape[0] : a.projected_states_qkvz.shape[0];

@@ -110,6 +110,10 @@ struct GdnAttentionArgs {
   bool reorder_input = false;    // true: block layout [q|k|v|z]; false: per-key-head interleaved
   std::optional<double> scale;   // default K^-1/2
   std::optional<int64_t> null_block_id;
+  // Verify sequences' conv windows (SPEC §3): per token (vllm-xpu-kernels' gdn_attention: window =
+  // rows 0..W-2 of the slot of column a-1, after token t rows 0..W-2 of the slot of column t;
+  // conv_state rows >= W-1) or one rolling line in the slot of column 0 (rows >= W-2+cols).
+  SpecConvLayout spec_conv_layout = SpecConvLayout::kPerToken;
 };
 
 // Host-side argument validation (no memory is read through the pointers). Ok means the call is

@@ -3,7 +3,10 @@
 // gathered from their global rows into [q|k|v] conv input and a/b gate rows, the conv op and the
 // recurrent op of this backend run on them, and outputs are scattered back to the global rows.
 // z is copied for every row below num_actual_tokens.
+#include <algorithm>
 #include <cstring>
+#include <new>
+#include <string>
 #include <vector>
 
 #include "common/attention_layout.h"
@@ -23,55 +26,77 @@ struct Group {
   const TensorView* num_accepted_tokens;  // spec only
 };
 
-Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Group& g) {
-  if (g.n == 0) return Status::Ok();
+// One group's gathered inputs, local metadata and scratch, sized by the tokens its sequences use
+// (not by the length of its token_indx), all allocated before the call writes anything.
+struct GroupWork {
+  int64_t used = 0, cols = 1;      // local tokens [0, used) belong to the group's sequences
+  std::vector<int64_t> rows;       // global row of local token j (-1: outside [0, num_actual_tokens))
+  std::vector<int64_t> qsl, slots; // local metadata (a sequence with a token outside the buffer: padding)
+  std::vector<char> x, ab, y, o;   // conv input [q|k|v], gates (a | b), conv output, recurrence output
+};
+
+// Reads the group's metadata and gathers its inputs; writes nothing the caller sees.
+void prepare_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Group& g, GroupWork* w) {
+  if (g.n == 0) return;
   const DType act = a.projected_states_qkvz.dtype;
   const int64_t es = static_cast<int64_t>(dtype_size(act));
   const int64_t limit = g.token_indx->present() ? g.token_indx->shape[0] : a.num_actual_tokens;
   const int64_t HV = L.HV, D = L.D;
-
-  // Global row of local token j (-1: outside [0, num_actual_tokens)).
-  std::vector<int64_t> rows(static_cast<size_t>(limit));
-  for (int64_t j = 0; j < limit; ++j) {
-    const int64_t r = g.token_indx->present() ? load_index1(*g.token_indx, j) : j;
-    rows[j] = (r >= 0 && r < a.num_actual_tokens) ? r : -1;
+  w->cols = g.spec ? g.state_indices->shape[1] : 1;
+  w->qsl.resize(static_cast<size_t>(g.n + 1));
+  w->slots.resize(static_cast<size_t>(g.n * w->cols));
+  for (int64_t i = 0; i <= g.n; ++i) w->qsl[i] = load_index1(*g.qsl, i);
+  for (int64_t i = 0; i < g.n; ++i) {
+    const auto tr = rules::token_range(w->qsl[i], w->qsl[i + 1], limit);
+    w->used = std::max(w->used, tr.begin + tr.len);
   }
-  // Gather conv input and gates.
-  std::vector<char> x(static_cast<size_t>(limit * D * es), 0), ab(static_cast<size_t>(limit * 2 * HV * es), 0);
+  const int64_t used = w->used;
+  w->rows.resize(static_cast<size_t>(used));
+  for (int64_t j = 0; j < used; ++j) {
+    const int64_t r = g.token_indx->present() ? load_index1(*g.token_indx, j) : j;
+    w->rows[j] = (r >= 0 && r < a.num_actual_tokens) ? r : -1;
+  }
+  for (int64_t i = 0; i < g.n; ++i) {
+    for (int64_t c = 0; c < w->cols; ++c)
+      w->slots[i * w->cols + c] = g.spec ? load_index2(*g.state_indices, i, c) : load_index1(*g.state_indices, i);
+    const auto tr = rules::token_range(w->qsl[i], w->qsl[i + 1], used);  // = the range within `limit`
+    for (int64_t t = 0; t < tr.len; ++t)
+      if (w->rows[tr.begin + t] < 0) w->slots[i * w->cols] = -1;
+  }
+  w->x.assign(static_cast<size_t>(used * D * es), 0);
+  w->ab.assign(static_cast<size_t>(used * 2 * HV * es), 0);
+  w->y.resize(w->x.size());
+  w->o.resize(static_cast<size_t>(used * HV * L.V * es));
   const char* qkvz = static_cast<const char*>(a.projected_states_qkvz.data);
   const char* ba = static_cast<const char*>(a.projected_states_ba.data);
-  for (int64_t j = 0; j < limit; ++j) {
-    if (rows[j] < 0) continue;
-    const char* src = qkvz + rows[j] * a.projected_states_qkvz.stride[0] * es;
-    for (int64_t c = 0; c < D; ++c) std::memcpy(&x[(j * D + c) * es], src + L.conv_col(c) * es, es);
-    const char* bsrc = ba + rows[j] * a.projected_states_ba.stride[0] * es;
+  for (int64_t j = 0; j < used; ++j) {
+    if (w->rows[j] < 0) continue;
+    const char* src = qkvz + w->rows[j] * a.projected_states_qkvz.stride[0] * es;
+    for (int64_t c = 0; c < D; ++c) std::memcpy(&w->x[(j * D + c) * es], src + L.conv_col(c) * es, es);
+    const char* bsrc = ba + w->rows[j] * a.projected_states_ba.stride[0] * es;
     for (int64_t h = 0; h < HV; ++h) {
-      std::memcpy(&ab[(j * 2 * HV + h) * es], bsrc + L.a_col(h) * es, es);       // a
-      std::memcpy(&ab[(j * 2 * HV + HV + h) * es], bsrc + L.b_col(h) * es, es);  // b
+      std::memcpy(&w->ab[(j * 2 * HV + h) * es], bsrc + L.a_col(h) * es, es);       // a
+      std::memcpy(&w->ab[(j * 2 * HV + HV + h) * es], bsrc + L.b_col(h) * es, es);  // b
     }
   }
-  // Local metadata: a sequence with a token outside the buffer is padding.
-  const int64_t cols = g.spec ? g.state_indices->shape[1] : 1;
-  std::vector<int64_t> qsl(g.n + 1), slots(g.n * cols);
-  for (int64_t i = 0; i <= g.n; ++i) qsl[i] = load_index1(*g.qsl, i);
-  for (int64_t i = 0; i < g.n; ++i) {
-    for (int64_t c = 0; c < cols; ++c)
-      slots[i * cols + c] = g.spec ? load_index2(*g.state_indices, i, c) : load_index1(*g.state_indices, i);
-    const auto tr = rules::token_range(qsl[i], qsl[i + 1], limit);
-    for (int64_t t = 0; t < tr.len; ++t)
-      if (rows[tr.begin + t] < 0) slots[i * cols] = -1;
-  }
-  const TensorView qsl_v = make_view(qsl.data(), DType::kInt64, {g.n + 1});
-  const TensorView slots_v = g.spec ? make_view(slots.data(), DType::kInt64, {g.n, cols})
-                                    : make_view(slots.data(), DType::kInt64, {g.n});
-  std::vector<char> y(x.size());
-  const TensorView x_v = make_view(x.data(), act, {limit, D});
-  const TensorView y_v = make_view(y.data(), act, {limit, D});
+}
+
+// The conv and the recurrence of a prepared group, outputs scattered to their global rows.
+Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Group& g, GroupWork& w) {
+  if (g.n == 0) return Status::Ok();
+  const DType act = a.projected_states_qkvz.dtype;
+  const int64_t es = static_cast<int64_t>(dtype_size(act));
+  const int64_t HV = L.HV, D = L.D, used = w.used, cols = w.cols;
+  const TensorView qsl_v = make_view(w.qsl.data(), DType::kInt64, {g.n + 1});
+  const TensorView slots_v = g.spec ? make_view(w.slots.data(), DType::kInt64, {g.n, cols})
+                                    : make_view(w.slots.data(), DType::kInt64, {g.n});
+  const TensorView x_v = make_view(w.x.data(), act, {used, D});
+  const TensorView y_v = make_view(w.y.data(), act, {used, D});
   if (g.spec) {
     CausalConv1dUpdateArgs c;
     c.x = x_v; c.weight = a.conv_weights; c.bias = a.conv_bias; c.conv_state = a.conv_state;
     c.query_start_loc = qsl_v; c.state_indices = slots_v; c.num_accepted_tokens = *g.num_accepted_tokens;
-    c.y = y_v; c.spec_layout = SpecConvLayout::kRolling; c.activation = a.activation;
+    c.y = y_v; c.spec_layout = a.spec_conv_layout; c.activation = a.activation;
     c.null_block_id = a.null_block_id;
     GDN_RETURN_IF_ERROR(cpu::causal_conv1d_update(c));
   } else {
@@ -82,20 +107,19 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
     GDN_RETURN_IF_ERROR(cpu::causal_conv1d_fwd(c));
   }
   // Recurrence on the conv output: q, k, v are column ranges of y.
-  std::vector<char> o(static_cast<size_t>(limit * HV * L.V * es));
   GatedDeltaRuleArgs r;
-  r.q = make_view(y.data(), act, {limit, L.H, L.K});
-  r.k = make_view(y.data() + L.H * L.K * es, act, {limit, L.H, L.K});
-  r.v = make_view(y.data() + 2 * L.H * L.K * es, act, {limit, HV, L.V});
+  r.q = make_view(w.y.data(), act, {used, L.H, L.K});
+  r.k = make_view(w.y.data() + L.H * L.K * es, act, {used, L.H, L.K});
+  r.v = make_view(w.y.data() + 2 * L.H * L.K * es, act, {used, HV, L.V});
   r.q.stride[0] = r.k.stride[0] = r.v.stride[0] = D;
-  r.a = make_view(ab.data(), act, {limit, HV});
-  r.b = make_view(ab.data() + HV * es, act, {limit, HV});
+  r.a = make_view(w.ab.data(), act, {used, HV});
+  r.b = make_view(w.ab.data() + HV * es, act, {used, HV});
   r.a.stride[0] = r.b.stride[0] = 2 * HV;
   r.A_log = a.A_log; r.dt_bias = a.dt_bias; r.ssm_state = a.ssm_state;
   r.query_start_loc = qsl_v; r.state_indices = slots_v;
   if (g.spec) r.num_accepted_tokens = *g.num_accepted_tokens;
   else r.has_initial_state = *g.has_initial_state;
-  r.o = make_view(o.data(), act, {limit, HV, L.V});
+  r.o = make_view(w.o.data(), act, {used, HV, L.V});
   r.state_layout = StateLayout::kVK;
   r.scale = a.scale;
   r.null_block_id = a.null_block_id;
@@ -103,12 +127,12 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
   // Scatter the outputs of every sequence's tokens to their global rows.
   const TensorView& out = a.core_attn_out;
   for (int64_t i = 0; i < g.n; ++i) {
-    const auto tr = rules::token_range(qsl[i], qsl[i + 1], limit);
+    const auto tr = rules::token_range(w.qsl[i], w.qsl[i + 1], used);
     for (int64_t t = 0; t < tr.len; ++t) {
       const int64_t j = tr.begin + t;
-      if (rows[j] < 0) continue;
+      if (w.rows[j] < 0) continue;
       for (int64_t e = 0; e < HV * L.V; ++e)
-        store_f(out.data, out.dtype, rows[j] * out.stride[0] + e, load_f(o.data(), act, j * HV * L.V + e));
+        store_f(out.data, out.dtype, w.rows[j] * out.stride[0] + e, load_f(w.o.data(), act, j * HV * L.V + e));
     }
   }
   return Status::Ok();
@@ -118,6 +142,19 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
 
 Status gdn_attention(const GdnAttentionArgs& a) {
   const rules::ProjLayout L = rules::proj_layout(a);
+  const Group non_spec{false, a.num_prefills + a.num_decodes, &a.non_spec_query_start_loc, &a.non_spec_token_indx,
+                       &a.non_spec_state_indices_tensor, &a.has_initial_state, nullptr};
+  const Group spec{true, a.num_spec_decodes, &a.spec_query_start_loc, &a.spec_token_indx,
+                   &a.spec_state_indices_tensor, nullptr, &a.num_accepted_tokens};
+  // Everything that can fail (the scratch of both groups) before the first write (SPEC.md §5).
+  GroupWork w_ns, w_sp;
+  try {
+    prepare_group(a, L, non_spec, &w_ns);
+    prepare_group(a, L, spec, &w_sp);
+  } catch (const std::bad_alloc&) {
+    return Status::Error("gdn_attention: out of host memory for the scratch of " + std::to_string(w_ns.used) +
+                         " non-spec and " + std::to_string(w_sp.used) + " spec tokens (nothing was written)");
+  }
   // z: a copy of its projection columns for every row below num_actual_tokens.
   const int64_t es = static_cast<int64_t>(dtype_size(a.z.dtype));
   const char* qkvz = static_cast<const char*>(a.projected_states_qkvz.data);
@@ -127,12 +164,8 @@ Status gdn_attention(const GdnAttentionArgs& a) {
       for (int64_t vi = 0; vi < L.V; ++vi)
         std::memcpy(z + (row * a.z.stride[0] + hv * L.V + vi) * es,
                     qkvz + (row * a.projected_states_qkvz.stride[0] + L.z_col(hv, vi)) * es, es);
-  const Group non_spec{false, a.num_prefills + a.num_decodes, &a.non_spec_query_start_loc, &a.non_spec_token_indx,
-                       &a.non_spec_state_indices_tensor, &a.has_initial_state, nullptr};
-  const Group spec{true, a.num_spec_decodes, &a.spec_query_start_loc, &a.spec_token_indx,
-                   &a.spec_state_indices_tensor, nullptr, &a.num_accepted_tokens};
-  GDN_RETURN_IF_ERROR(run_group(a, L, non_spec));
-  return run_group(a, L, spec);
+  GDN_RETURN_IF_ERROR(run_group(a, L, non_spec, w_ns));
+  return run_group(a, L, spec, w_sp);
 }
 
 }  // namespace gdn::cpu

@@ -28,6 +28,10 @@ struct AttnProblem {
   bool reorder = false;                             // layout of qkvz/ba below
   bool has_bias = true;
   std::optional<int64_t> null_id;
+  // Verify conv windows: the rolling line (rows >= W-2+cols) or per draft slot (rows >= W-1);
+  // conv_rows_extra: pool rows beyond the layout's minimum (never read or written).
+  SpecConvLayout conv_layout = SpecConvLayout::kRolling;
+  int64_t conv_rows_extra = 1;
   std::vector<AttnSeq> seqs;
 
   Buf qkvz, ba, weight, bias, A_log, dt_bias, conv_pool, ssm_pool;
@@ -36,6 +40,7 @@ struct AttnProblem {
   int64_t num_prefills = 0, num_decodes = 0, num_spec = 0;
 
   int64_t r() const { return HV / H; }
+  int64_t conv_rows() const { return (conv_layout == SpecConvLayout::kRolling ? W - 2 + cols : W - 1) + conv_rows_extra; }
   int64_t D() const { return 2 * H * K + HV * V; }
   int64_t qkvz_width() const { return H * (2 * K + 2 * r() * V); }
 };
@@ -148,6 +153,7 @@ inline GdnAttentionArgs attention_args(AttnProblem& p, Buf& core, Buf& z) {
   a.tp_size = p.tp;
   a.reorder_input = p.reorder;
   a.null_block_id = p.null_id;
+  a.spec_conv_layout = p.conv_layout;
   return a;
 }
 
@@ -156,7 +162,7 @@ inline Status run_attention(Backend be, AttnProblem& p, Buf& core, Buf& z) {
 }
 
 // gdn_attention recomposed: de-interleave each group's rows into x = [q|k|v] and a, b; run
-// causal_conv1d_fwd (non-spec) or causal_conv1d_update (spec, rolling); split the conv output into
+// causal_conv1d_fwd (non-spec) or causal_conv1d_update (spec, p.conv_layout); split the conv output into
 // q, k, v; run gated_delta_rule_recurrent; write o at the global rows; copy z for rows below
 // num_actual_tokens.
 inline Status compose_attention(Backend be, AttnProblem& p, Buf& core, Buf& z) {
@@ -189,7 +195,7 @@ inline Status compose_attention(Backend be, AttnProblem& p, Buf& core, Buf& z) {
     Buf* bias = p.has_bias ? &p.bias : nullptr;
     if (spec) {
       GDN_RETURN_IF_ERROR(run_conv_update(be, x, p.weight, bias, p.conv_pool, p.sp_qsl, p.sp_slots, &p.nacc, y,
-                                          SpecConvLayout::kRolling, p.act_fn, p.null_id));
+                                          p.conv_layout, p.act_fn, p.null_id));
     } else {
       GDN_RETURN_IF_ERROR(run_conv_fwd(be, x, p.weight, bias, p.conv_pool, p.ns_qsl, p.ns_slots, &p.has_init, y,
                                        p.act_fn, p.null_id));
@@ -308,7 +314,7 @@ inline void alloc_params_and_pools(AttnProblem& p, Rng& r) {
   GdrIn consts = make_gdr_in(r, 0, p.H, p.HV, p.K, p.V, p.act, p.act);
   p.A_log = consts.A_log;
   p.dt_bias = consts.dt_bias;
-  const int64_t conv_rows = p.W - 2 + p.cols + 1;
+  const int64_t conv_rows = p.conv_rows();
   p.conv_pool = Buf(p.act, {p.num_slots, conv_rows, p.D()}, conv_rows * p.D() + 8);
   p.ssm_pool = make_ssm_pool(p.ssm_dtype, p.num_slots, p.HV, p.K, p.V, StateLayout::kVK, 16);
 }
@@ -331,7 +337,8 @@ inline std::string describe(const AttnProblem& p) {
     << " act=" << dtype_short(p.act) << " ssm=" << dtype_short(p.ssm_dtype) << " idx=" << dtype_short(p.index_dtype)
     << " cols=" << p.cols << " num_actual=" << p.num_actual << " rows=" << p.rows_alloc << " slots=" << p.num_slots
     << " reorder=" << p.reorder << " identity_ns=" << p.identity_ns << " identity_spec=" << p.identity_spec
-    << " bias=" << p.has_bias << " null_block=" << (p.null_id ? std::to_string(*p.null_id) : "none") << "\n";
+    << " bias=" << p.has_bias << " null_block=" << (p.null_id ? std::to_string(*p.null_id) : "none")
+    << " conv_layout=" << to_string(p.conv_layout) << " conv_rows=" << p.conv_rows() << "\n";
   for (const AttnSeq& q : p.seqs) {
     s << "  " << (q.spec ? "spec" : "non-spec") << " rows [";
     for (size_t i = 0; i < q.rows.size(); ++i) s << (i ? "," : "") << q.rows[i];

@@ -360,7 +360,9 @@ Status build_attention(Builder& B, const Params& P, Plan* plan) {
   std::string act = "silu";
   GDN_RETURN_IF_ERROR(P.string("activation", &act));
   GDN_RETURN_IF_ERROR(parse_activation(act, &a.activation));
-  GDN_RETURN_IF_ERROR(P.fixed("spec_conv_layout", "rolling"));
+  std::string conv_layout = "rolling";  // files that do not say were all written with the rolling line
+  GDN_RETURN_IF_ERROR(P.string("spec_conv_layout", &conv_layout));
+  GDN_RETURN_IF_ERROR(parse_spec_conv_layout(conv_layout, &a.spec_conv_layout));
   GDN_RETURN_IF_ERROR(P.fixed("ssm_state_layout", "vk"));
   GDN_RETURN_IF_ERROR(P.fixed("conv_state_layout", "slot,row,channel"));
 
