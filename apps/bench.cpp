@@ -5,8 +5,9 @@
 //  * random data (hashed), fresh per case;
 //  * GB/s counts the fewest bytes a call must move (each state read once and each stored state
 //    written once, activations once) and is compared with an SM copy kernel measured in the run.
-// Ops: "recurrent" (gated_delta_rule_recurrent, bf16 activations) and "fused" (gdn_attention:
-// conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer).
+// Ops: "recurrent" (gated_delta_rule_recurrent, bf16 activations), "fused" (gdn_attention:
+// conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer, verify
+// conv windows in the rolling line) and "fused_per_token" (the same, conv windows per draft slot).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -214,7 +215,8 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
     });
     res.bytes = state_bytes + rows * 2.0 * (2 * m.H * m.K + 2 * m.HV * m.V + 2 * m.HV);
   } else {
-    const int64_t conv_rows = spec ? W - 2 + cols : W - 1;
+    const bool per_token = k.op == "fused_per_token";
+    const int64_t conv_rows = spec && !per_token ? W - 2 + cols : W - 1;
     DevBuf qkvz(rows * m.H * (2 * m.K + 2 * r * m.V) * 2), ba(rows * 2 * m.HV * 2), out(rows * m.HV * m.V * 2),
         z(rows * m.HV * m.V * 2), conv(ps.num_slots * conv_rows * D * 2), w(D * W * 2);
     for (DevBuf* x : {&qkvz, &ba, &conv, &w}) fill(*x, act);
@@ -230,6 +232,7 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
     g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
     g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
     g.num_actual_tokens = rows;
+    g.spec_conv_layout = per_token ? SpecConvLayout::kPerToken : SpecConvLayout::kRolling;
     if (spec) {
       g.num_spec_decodes = N;
       g.spec_query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
@@ -250,9 +253,10 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
       Status e = gdn_attention(gc, s);
       if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
     });
-    // Projections once, outputs and z once, conv window read and written once per sequence.
+    // Projections once, outputs and z once, conv window read once and written once per sequence
+    // (per token: once per token).
     res.bytes = state_bytes + rows * 2.0 * (m.H * (2 * m.K + 2 * r * m.V) + 2 * m.HV + 2 * m.HV * m.V) +
-                N * 2.0 * (W - 1) * D * 2;
+                N * 2.0 * (W - 1) * D * (1 + (per_token && spec ? T : 1));
   }
   res.gbps = res.bytes / (res.us * 1e-6) / 1e9;
   return res;

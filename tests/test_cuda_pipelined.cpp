@@ -8,6 +8,7 @@
 //     (outputs, z, both pools, sentinels untouched), and its z and conv pool equal, byte for byte,
 //     those of the other kernels (GDN_CUDA_TMA=0: the cluster kernel of fused_step.cuh); conv width
 //     4 with and without bias and width 3.
+//   Both in the rolling and the per-token verify conv layout (pools of W-1 rows and of more).
 //   CudaFusedDefault.ModelShapeBatchesMatchTheCpu: the default choice at the Qwen3-Next TP1 shape,
 //     288 (sequence, key head) groups (the pipelined fused step), 64 (the cluster kernel), 320 groups
 //     of one-token sequences (the pipelined step with its conv prologue) and 560 groups of decodes
@@ -63,9 +64,14 @@ void expect_cpu_and_plain_match(AttnProblem& p, const char* tma) {
 TEST_P(CudaPipelinedFused, MixedBatchesMatchTheCpu) {
   GRAPH_SKIP_WITHOUT_GPU();
   const PipeParam& prm = GetParam();
-  for (uint64_t seed : {9600u, 9601u, 9602u}) {
+  for (int run = 0; run < 6; ++run) {  // seeds x verify conv layouts
+    const uint64_t seed = 9600u + run % 3;
     Rng r(seed + prm.HV * 11 + prm.V + (prm.reorder ? 5 : 0));
     AttnProblem p;
+    if (run >= 3) {  // per draft slot; pools of exactly W-1 rows for one seed
+      p.conv_layout = SpecConvLayout::kPerToken;
+      p.conv_rows_extra = seed == 9601u ? 0 : 1;
+    }
     p.act = prm.act; p.ssm_dtype = prm.ssm; p.H = prm.H; p.HV = prm.HV; p.K = 128; p.V = prm.V; p.cols = 4;
     p.reorder = prm.reorder;
     p.has_bias = seed != 9601u;   // with and without conv bias
@@ -113,14 +119,15 @@ class CudaFusedDefault : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaFusedDefault, ModelShapeBatchesMatchTheCpu) {
   GRAPH_SKIP_WITHOUT_GPU();
-  for (const int kind : {1, 0, 2, 3, 4, 5}) {  // 1: large mixed, 0: small, 2: one-token sequences only,
-                                               // 3: below, 4: 8 decodes, 5: 13 verify sequences
-    Rng r(9700u + kind + (GetParam() == DType::kFloat32 ? 10 : 0));
+  for (const int kind : {1, 0, 2, 3, 4, 5, 11, 10, 15}) {  // 1: large mixed, 0: small, 2: one-token sequences
+    // only, 3: below, 4: 8 decodes, 5: 13 verify sequences; 10 + k: k with per-token verify conv windows
+    Rng r(9700u + kind % 10 + (GetParam() == DType::kFloat32 ? 10 : 0));
     AttnProblem p;
+    if (kind >= 10) p.conv_layout = SpecConvLayout::kPerToken, p.conv_rows_extra = kind == 15 ? 0 : 1;
     p.act = DType::kBFloat16; p.ssm_dtype = GetParam(); p.H = 16; p.HV = 32; p.K = 128; p.V = 128; p.cols = 4;
     MixOptions m;
-    if (kind == 1) m.n_prefill = 2, m.max_prefill = 12, m.n_decode = 8, m.n_spec = 6;
-    else if (kind == 0) m.n_prefill = 1, m.n_decode = 1, m.n_spec = 1, m.n_pad_ns = 1, m.n_pad_spec = 0;
+    if (kind % 10 == 1) m.n_prefill = 2, m.max_prefill = 12, m.n_decode = 8, m.n_spec = 6;
+    else if (kind % 10 == 0) m.n_prefill = 1, m.n_decode = 1, m.n_spec = 1, m.n_pad_ns = 1, m.n_pad_spec = 0;
     else if (kind == 2) m.n_prefill = 0, m.n_decode = 20, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
     else if (kind == 3) m.n_prefill = 5, m.max_prefill = 12, m.n_decode = 30, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;
     else if (kind == 4) m.n_prefill = 0, m.n_decode = 8, m.n_spec = 0, m.n_pad_ns = 0, m.n_pad_spec = 0;

@@ -158,12 +158,21 @@ std::string param_str(const LaunchParam& p) {
 void PrintTo(const LaunchParam& p, std::ostream* os) { *os << param_str(p); }
 
 class CudaFusedLaunches : public ::testing::TestWithParam<LaunchParam> {};
+void one_and_two_launches_agree(const LaunchParam& prm, AttnProblem& p);
 
 TEST_P(CudaFusedLaunches, OneAndTwoLaunchesAgree) {
   GRAPH_SKIP_WITHOUT_GPU();
   const LaunchParam& prm = GetParam();
-  AttnProblem p = mixed_problem(9500 + prm.HV * 7 + prm.V, prm.act, prm.ssm, prm.H, prm.HV, prm.K, prm.V, 40);
-  SCOPED_TRACE(describe(p));
+  for (SpecConvLayout layout : {SpecConvLayout::kRolling, SpecConvLayout::kPerToken}) {
+    AttnProblem p = mixed_problem(9500 + prm.HV * 7 + prm.V, prm.act, prm.ssm, prm.H, prm.HV, prm.K, prm.V, 40);
+    p.conv_layout = layout;  // the pool has the rolling line's rows, more than per token needs
+    SCOPED_TRACE(describe(p));
+    one_and_two_launches_agree(prm, p);
+    if (HasFailure()) return;
+  }
+}
+
+void one_and_two_launches_agree(const LaunchParam& prm, AttnProblem& p) {
   Buf core, z;
   make_outputs(p, &core, &z, 0);
   int dev = 0, major = 0;

@@ -221,7 +221,7 @@ void gdn_attention_op(Tensor& core_attn_out, Tensor& z, const Tensor& projected_
                       const Opt<Tensor>& non_spec_state_indices_tensor, const Opt<Tensor>& spec_query_start_loc,
                       const Opt<Tensor>& spec_token_indx, const Opt<Tensor>& spec_state_indices_tensor,
                       const Opt<Tensor>& num_accepted_tokens, int64_t num_actual_tokens, int64_t tp_size,
-                      bool reorder_input, Opt<int64_t> null_block_id) {
+                      bool reorder_input, Opt<int64_t> null_block_id, std::string spec_conv_layout) {
   c10::OptionalDeviceGuard guard(at::device_of(projected_states_qkvz));
   const char* op = kAttention;
   GdnAttentionArgs a;
@@ -255,6 +255,7 @@ void gdn_attention_op(Tensor& core_attn_out, Tensor& z, const Tensor& projected_
   a.tp_size = tp_size;
   a.reorder_input = reorder_input;
   a.null_block_id = opt_int(null_block_id);
+  check(parse_spec_conv_layout(spec_conv_layout, &a.spec_conv_layout), op);
   check(gdn::gdn_attention(a, current_stream(projected_states_qkvz.device())));
 }
 
@@ -285,7 +286,8 @@ constexpr const char* kSchemas[] = {
     "Tensor? num_accepted_tokens=None, " GDN_GDR_TAIL_ARGS ") -> ()",
     "gated_delta_rule_chunked(" GDN_GDR_HEAD_ARGS GDN_GDR_TAIL_ARGS ") -> Tensor",
     "gated_delta_rule_chunked_out(Tensor(o!) o, " GDN_GDR_HEAD_ARGS GDN_GDR_TAIL_ARGS ") -> ()",
-    // vllm-xpu-kernels' argument list, unchanged, plus the trailing null_block_id.
+    // vllm-xpu-kernels' argument list, unchanged, plus the trailing null_block_id and spec_conv_layout
+    // (per_token, that call site's layout, by default).
     "gdn_attention(Tensor(a!) core_attn_out, Tensor(b!) z, Tensor projected_states_qkvz, "
     "Tensor projected_states_ba, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim, "
     "Tensor(c!) conv_state, Tensor(d!) ssm_state, Tensor conv_weights, Tensor? conv_bias, str activation, "
@@ -293,7 +295,7 @@ constexpr const char* kSchemas[] = {
     "Tensor? has_initial_state, Tensor? non_spec_query_start_loc, Tensor? non_spec_token_indx, "
     "Tensor? non_spec_state_indices_tensor, Tensor? spec_query_start_loc, Tensor? spec_token_indx, "
     "Tensor? spec_state_indices_tensor, Tensor? num_accepted_tokens, int num_actual_tokens, int tp_size, "
-    "bool reorder_input, int? null_block_id=None) -> ()",
+    "bool reorder_input, int? null_block_id=None, str spec_conv_layout=\"per_token\") -> ()",
 };
 
 #undef GDN_CONV_FWD_ARGS

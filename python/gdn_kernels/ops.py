@@ -121,6 +121,12 @@ def causal_conv1d_update(
         spec_layout: ``"rolling"`` or ``"per_token"`` (verify only).
         activation: ``"silu"`` or ``"identity"``.
         null_block_id: a slot id treated as padding, or None.
+        spec_conv_layout: where verify sequences keep their conv windows. ``"per_token"`` (the
+            default, vllm-xpu-kernels' layout): the window is rows ``0..W-2`` of the slot of column
+            ``a - 1`` (``a = num_accepted_tokens[i]``), and after token ``t`` rows ``0..W-2`` of
+            column ``t``'s slot hold the last ``W - 1`` inputs. ``"rolling"`` (vLLM's CUDA path,
+            FLA): one line in column 0's slot, window rows ``a-1..a+W-3``, afterwards rows
+            ``0..W-3+T`` hold ``[old rows a..a+W-3, u_0, ..., u_{T-1}]``.
         out: ``[T, D]`` buffer for ``y``, or None to allocate one.
 
     Returns:
@@ -185,6 +191,12 @@ def gated_delta_rule_recurrent(
         scale: the query scale, or None for ``K ** -0.5``.
         state_layout: ``"vk"`` or ``"kv"``.
         null_block_id: a slot id treated as padding, or None.
+        spec_conv_layout: where verify sequences keep their conv windows. ``"per_token"`` (the
+            default, vllm-xpu-kernels' layout): the window is rows ``0..W-2`` of the slot of column
+            ``a - 1`` (``a = num_accepted_tokens[i]``), and after token ``t`` rows ``0..W-2`` of
+            column ``t``'s slot hold the last ``W - 1`` inputs. ``"rolling"`` (vLLM's CUDA path,
+            FLA): one line in column 0's slot, window rows ``a-1..a+W-3``, afterwards rows
+            ``0..W-3+T`` hold ``[old rows a..a+W-3, u_0, ..., u_{T-1}]``.
         out: ``[T, HV, V]`` buffer for ``o`` (dtype of ``q``), or None to allocate one.
 
     Returns:
@@ -273,6 +285,7 @@ def gdn_attention(
     reorder_input: bool,
     *,
     null_block_id: Optional[int] = None,
+    spec_conv_layout: str = "per_token",
 ) -> None:
     """The GDN layer core for a mixed batch: conv, gates, l2 norm and the delta rule in one call.
 
@@ -293,8 +306,8 @@ def gdn_attention(
             ``[q | k | v | z]`` (``reorder_input=True``, Qwen3.5/3.6).
         projected_states_ba: ``[rows, 2 HV]``: per key head ``[b | a]`` or blocks ``[b | a]``.
         num_k_heads, num_v_heads, head_k_dim, head_v_dim: global head counts and head dims.
-        conv_state: ``[num_slots, rows >= W - 2 + cols, D]``, dtype of the projections; updated.
-            Verify sequences use the rolling layout in slot ``spec_state_indices_tensor[i, 0]``.
+        conv_state: ``[num_slots, rows, D]``, dtype of the projections; updated. Rows ``>= W - 1``
+            (``spec_conv_layout="per_token"``) or ``>= W - 2 + cols`` (``"rolling"``).
         ssm_state: ``[num_slots, HV, V, K]`` ("vk") float32 / bfloat16 / float16; updated.
         conv_weights: ``[D, W]``; conv_bias: ``[D]`` or None.
         activation: ``"silu"`` or ``"identity"``.
@@ -313,6 +326,12 @@ def gdn_attention(
         tp_size: tensor-parallel size.
         reorder_input: the projection layout (see ``projected_states_qkvz``).
         null_block_id: a slot id treated as padding, or None.
+        spec_conv_layout: where verify sequences keep their conv windows. ``"per_token"`` (the
+            default, vllm-xpu-kernels' layout): the window is rows ``0..W-2`` of the slot of column
+            ``a - 1`` (``a = num_accepted_tokens[i]``), and after token ``t`` rows ``0..W-2`` of
+            column ``t``'s slot hold the last ``W - 1`` inputs. ``"rolling"`` (vLLM's CUDA path,
+            FLA): one line in column 0's slot, window rows ``a-1..a+W-3``, afterwards rows
+            ``0..W-3+T`` hold ``[old rows a..a+W-3, u_0, ..., u_{T-1}]``.
 
     All index tensors are int32 or int64. ``attention_args_from_vllm_metadata`` builds the
     metadata arguments from vLLM's ``GDNAttentionMetadata``.
@@ -322,5 +341,5 @@ def gdn_attention(
         head_v_dim, conv_state, ssm_state, conv_weights, conv_bias, activation, A_log, dt_bias, num_prefills,
         num_decodes, num_spec_decodes, has_initial_state, non_spec_query_start_loc, non_spec_token_indx,
         non_spec_state_indices_tensor, spec_query_start_loc, spec_token_indx, spec_state_indices_tensor,
-        num_accepted_tokens, num_actual_tokens, tp_size, reorder_input, null_block_id,
+        num_accepted_tokens, num_actual_tokens, tp_size, reorder_input, null_block_id, spec_conv_layout,
     )

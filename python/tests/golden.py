@@ -194,6 +194,7 @@ def run_case(case, device="cpu", *, use_out=False, pool_pad=0, fill=0.0):
             spec_query_start_loc=get("spec_query_start_loc"), spec_token_indx=get("spec_token_indx"),
             spec_state_indices_tensor=get("spec_state_indices"), num_accepted_tokens=get("num_accepted_tokens"),
             num_actual_tokens=p["num_actual_tokens"], tp_size=tp, reorder_input=p["reorder_input"],
+            spec_conv_layout=p.get("spec_conv_layout", "rolling"),
         )
         res.update(core_attn_out=core_attn_out, z=z, conv_state=conv_state, ssm_state=ssm_state)
     else:

@@ -49,7 +49,7 @@ def attention_args(name="attention_mixed_interleaved", fill=0.0):
             i("dt_bias"), p["num_prefills"], p["num_decodes"], p["num_spec_decodes"], i("has_initial_state"),
             i("non_spec_query_start_loc"), i("non_spec_token_indx"), i("non_spec_state_indices"),
             i("spec_query_start_loc"), i("spec_token_indx"), i("spec_state_indices"), i("num_accepted_tokens"),
-            p["num_actual_tokens"], p["tp_size"], p["reorder_input"], None]
+            p["num_actual_tokens"], p["tp_size"], p["reorder_input"], None, p.get("spec_conv_layout", "rolling")]
 
 
 def out_sample(fn):

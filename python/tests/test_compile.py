@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not hasattr(torch, "compile") or gdn_kernels.FAK
 # test machine need not have; the op itself is opaque to inductor either way).
 BACKENDS = ["aot_eager", "inductor"]
 LAYER = ["projected_states_qkvz", "projected_states_ba", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim",
-         "conv_weights", "conv_bias", "activation", "A_log", "dt_bias", "tp_size", "reorder_input"]
+         "conv_weights", "conv_bias", "activation", "A_log", "dt_bias", "tp_size", "reorder_input", "spec_conv_layout"]
 META = ["num_prefills", "num_decodes", "num_spec_decodes", "has_initial_state", "non_spec_query_start_loc",
         "non_spec_token_indx", "non_spec_state_indices_tensor", "spec_query_start_loc", "spec_token_indx",
         "spec_state_indices_tensor", "num_accepted_tokens", "num_actual_tokens"]
@@ -42,7 +42,8 @@ def layer_core(conv_state, ssm_state, rows, layer, meta):
                               meta["has_initial_state"], meta["non_spec_query_start_loc"], meta["non_spec_token_indx"],
                               meta["non_spec_state_indices_tensor"], meta["spec_query_start_loc"],
                               meta["spec_token_indx"], meta["spec_state_indices_tensor"], meta["num_accepted_tokens"],
-                              meta["num_actual_tokens"], layer["tp_size"], layer["reorder_input"])
+                              meta["num_actual_tokens"], layer["tp_size"], layer["reorder_input"],
+                              spec_conv_layout=layer["spec_conv_layout"])
     n = meta["num_actual_tokens"]
     gated = core_attn_out[:n].float() * torch.sigmoid(z[:n].float())  # something for inductor to fuse
     return core_attn_out, z, gated

@@ -18,7 +18,7 @@ NAMES = ["core_attn_out", "z", "projected_states_qkvz", "projected_states_ba", "
          "dt_bias", "num_prefills", "num_decodes", "num_spec_decodes", "has_initial_state",
          "non_spec_query_start_loc", "non_spec_token_indx", "non_spec_state_indices_tensor",
          "spec_query_start_loc", "spec_token_indx", "spec_state_indices_tensor", "num_accepted_tokens",
-         "num_actual_tokens", "tp_size", "reorder_input", "null_block_id"]
+         "num_actual_tokens", "tp_size", "reorder_input", "null_block_id", "spec_conv_layout"]
 
 
 def as_kwargs(args):
@@ -81,7 +81,8 @@ def composition(kw):
         rows = rows_of(qsl, kw["spec_token_indx"])
         y = gdn_kernels.causal_conv1d_update(x_all[rows], kw["conv_weights"], kw["conv_bias"],
                                              conv_state=kw["conv_state"], query_start_loc=qsl, state_indices=slots,
-                                             num_accepted_tokens=kw["num_accepted_tokens"], spec_layout="rolling",
+                                             num_accepted_tokens=kw["num_accepted_tokens"],
+                                             spec_layout=kw["spec_conv_layout"],
                                              activation=kw["activation"])
         recurrence(y, rows, query_start_loc=qsl, state_indices=slots, num_accepted_tokens=kw["num_accepted_tokens"])
 
@@ -91,10 +92,13 @@ def block_kwargs(case):
     return kw if kw["reorder_input"] else interleaved_to_block(kw)
 
 
+@pytest.mark.parametrize("layout", ["rolling", "per_token"])
 @pytest.mark.parametrize("case", ATTENTION_CASES)
-def test_gdn_attention_equals_composition(case):
+def test_gdn_attention_equals_composition(case, layout):
+    """Both verify conv layouts (the cases' pools have rows for either)."""
     fused = block_kwargs(case)
     composed = block_kwargs(case)
+    fused["spec_conv_layout"] = composed["spec_conv_layout"] = layout
     gdn_kernels.gdn_attention(**fused)
     composition(composed)
     for name in ("core_attn_out", "z", "conv_state", "ssm_state"):
@@ -110,3 +114,15 @@ def test_interleaved_equals_block_layout(case):
     gdn_kernels.gdn_attention(**block)
     for name in ("core_attn_out", "z", "conv_state", "ssm_state"):
         assert bit_equal(inter[name], block[name]), f"{case}: {name} differs between layouts"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_log_in_the_model_dtype(dtype):
+    """A_log as a bf16 / fp16 checkpoint keeps it: the float32 run of the same values, byte for byte."""
+    low, ref = block_kwargs(ATTENTION_CASES[0]), block_kwargs(ATTENTION_CASES[0])
+    low["A_log"] = ref["A_log"].to(dtype)
+    ref["A_log"] = low["A_log"].float()
+    gdn_kernels.gdn_attention(**low)
+    gdn_kernels.gdn_attention(**ref)
+    for name in ("core_attn_out", "z", "conv_state", "ssm_state"):
+        assert bit_equal(low[name], ref[name]), f"A_log {dtype}: {name} differs from the float32 run"

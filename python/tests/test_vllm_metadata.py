@@ -15,7 +15,7 @@ from test_composition import as_kwargs
 
 LAYER_KEYS = ["core_attn_out", "z", "projected_states_qkvz", "projected_states_ba", "num_k_heads", "num_v_heads",
               "head_k_dim", "head_v_dim", "conv_state", "ssm_state", "conv_weights", "conv_bias", "activation",
-              "A_log", "dt_bias", "tp_size", "reorder_input"]
+              "A_log", "dt_bias", "tp_size", "reorder_input", "spec_conv_layout"]
 
 
 def vllm_metadata(kw):

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
     pad = __syncthreads_or(bad) || pad;
   }
   const bool init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
-  const ConvSeq s = make_conv_seq(g, i, tr, slot0, acc, state_slot, p.per_token, init, kFused, W);
+  const ConvSeq s = make_conv_seq(g, i, tr, slot0, acc, state_slot, p.conv_per_token, init, kFused, W);
   TAct* y = static_cast<TAct*>(p.y);
   for (int64_t c = blockIdx.x * static_cast<int64_t>(kConvThreads) + threadIdx.x; c < cv.D;
        c += static_cast<int64_t>(gridDim.x) * kConvThreads) {

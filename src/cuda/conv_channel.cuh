@@ -13,6 +13,25 @@ namespace gdn::cuda {
 
 constexpr int kMaxW = 5;  // widest conv supported (validated)
 
+// Where a sequence's conv window (the W-1 inputs before its token 0) is read (SPEC §3): verify per
+// token, rows 0..W-2 of column a-1's slot (acc_slot); verify rolling, rows a-1..a+W-3 of column 0's
+// slot; non-spec, rows 0..W-2 of its slot.
+struct ConvWindow {
+  int64_t slot, base;
+};
+__device__ __forceinline__ ConvWindow conv_window(bool spec, bool per_token, int64_t slot0, int64_t acc_slot,
+                                                  int64_t acc) {
+  if (!spec) return ConvWindow{slot0, 0};
+  return per_token ? ConvWindow{acc_slot, 0} : ConvWindow{slot0, acc - 1};
+}
+// Per-token layout: the slot that receives rows 0..W-2 after verify token t (< cols), -1 if none.
+__device__ __forceinline__ int64_t per_token_slot(const GroupMeta& g, const ConvRef& cv, int64_t i, int64_t t,
+                                                  bool has_null, int64_t null_id) {
+  if (t >= g.cols) return -1;
+  const int64_t slot = g.slots(i, t);
+  return rules::slot_valid(slot, cv.num_slots, has_null, null_id) ? slot : -1;
+}
+
 // What the conv needs to know about one sequence, resolved once per block.
 struct ConvSeq {
   rules::TokenRange tr{};  // local tokens
@@ -34,8 +53,9 @@ __device__ __forceinline__ ConvSeq make_conv_seq(const GroupMeta& g, int64_t i, 
   s.slot0 = slot0;
   s.spec = g.spec;
   s.per_token = g.spec && per_token_layout;
-  s.read_slot = s.per_token ? state_slot : slot0;
-  s.base = (g.spec && !s.per_token) ? acc - 1 : 0;
+  const ConvWindow cw = conv_window(g.spec, per_token_layout, slot0, state_slot, acc);
+  s.read_slot = cw.slot;
+  s.base = cw.base;
   s.t0 = (fused && !g.spec && tr.len > W - 1) ? tr.len - (W - 1) : 0;
   s.init = init;
   return s;
@@ -88,8 +108,8 @@ __device__ void conv_channel(const ConvRef& cv, const TokenSource& src, const Gr
       if (!s.per_token) {
         at(s.slot0, W - 2 + t) = xt;  // rolling: row W-2+t <- u_t
       } else {
-        const int64_t slot = g.slots(s.i, t);
-        if (rules::slot_valid(slot, cv.num_slots, has_null, null_id))
+        const int64_t slot = per_token_slot(g, cv, s.i, t, has_null, null_id);
+        if (slot >= 0)
 #pragma unroll
           for (int j = 0; j < W - 1; ++j) at(slot, j) = win[j];
       }

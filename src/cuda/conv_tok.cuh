@@ -113,7 +113,7 @@ __device__ __forceinline__ void conv_v(const RecurrentParams& p, const GroupMeta
 // as conv_channel writes them for the fused step (rolling verify: rows 0..W-3 <- old rows
 // base+1..base+W-2, row W-2+t <- u_t for t < min(len, cols); else the last W-1 inputs of
 // (window ++ tokens)). Up to kB channels per lane at once, all loads before the stores; sequences
-// that store more than kMaxW - 1 tokens go through conv_channel.
+// that store more than kMaxW - 1 tokens, and per-token verify ones, go through conv_channel.
 template <typename TAct>
 __device__ __forceinline__ void pool_update(const RecurrentParams& p, const GroupMeta& g, const ConvSeq& cs, int c0,
                                             int n, int lane) {
@@ -122,7 +122,7 @@ __device__ __forceinline__ void pool_update(const RecurrentParams& p, const Grou
   const int64_t nt = cs.spec ? (cs.tr.len < g.cols ? cs.tr.len : g.cols) : cs.tr.len - cs.t0;  // tokens kept
   TAct* pool = static_cast<TAct*>(p.conv.state);
   const int64_t D = p.conv.D;
-  if (nt > kM) {
+  if (nt > kM || cs.per_token) {
     for (int c = c0 + lane; c < c0 + n; c += 32) {
       switch (W) {
         case 2: conv_channel<TAct, 2, true>(p.conv, p.src, g, cs, c, nullptr, 0, p.has_null, p.null_id); break;

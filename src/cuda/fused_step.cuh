@@ -129,19 +129,22 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
   TAct* const win = GDN_STEP_W_SMEM ? s_win[tid] : win_reg;  // the W-1 inputs before the current token
   bias = 0.f;
   int col = 0;
-  TAct* pool = static_cast<TAct*>(p.conv.state);
+  TAct* const pool0 = static_cast<TAct*>(p.conv.state) + ch;  // channel ch of slot 0
+  TAct* pool = pool0;
   const int64_t D = p.conv.D;
+  const bool per_token = g.spec && p.conv_per_token;
   if (ch >= 0) {
-    pool += si.slot0 * p.conv.slot_stride + ch;
+    pool += si.slot0 * p.conv.slot_stride;
     col = PL.conv_col(ch);
     const TAct* wr = static_cast<const TAct*>(p.conv.weight) + static_cast<int64_t>(ch) * p.conv.weight_rs;
 #pragma unroll
     for (int j = 0; j < kMaxW; ++j) w[j] = j < W ? to_float(wr[j]) : 0.f;
     if (p.conv.bias) bias = to_float(static_cast<const TAct*>(p.conv.bias)[ch]);
-    const int64_t base = g.spec ? si.acc - 1 : 0;
+    const ConvWindow cw = conv_window(g.spec, p.conv_per_token, si.slot0, si.read_slot, si.acc);
+    const TAct* wp = pool0 + cw.slot * p.conv.slot_stride + cw.base * D;
 #pragma unroll
-    for (int j = 0; j < kMaxW - 1; ++j) win[j] = (j < W - 1 && (si.init || g.spec)) ? pool[(base + j) * D] : TAct(0.f);
-    if (g.spec) {  // rolling: rows 0..W-3 <- old rows base+1..base+W-2
+    for (int j = 0; j < kMaxW - 1; ++j) win[j] = (j < W - 1 && (si.init || g.spec)) ? wp[j * D] : TAct(0.f);
+    if (g.spec && !per_token) {  // rolling: rows 0..W-3 <- old rows base+1..base+W-2
 #pragma unroll
       for (int j = 0; j < kMaxW - 2; ++j)
         if (j < W - 2) pool[j * D] = win[j + 1];
@@ -175,7 +178,16 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
 #pragma unroll
       for (int j = 0; j < kMaxW - 1; ++j)
         if (j == W - 2) win[j] = x;
-      if (g.spec && t < g.cols) pool[(W - 2 + t) * D] = x;  // rolling: row W-2+t <- u_t
+      if (g.spec && t < g.cols) {
+        if (!per_token) {
+          pool[(W - 2 + t) * D] = x;  // rolling: row W-2+t <- u_t
+        } else if (const int64_t slot = per_token_slot(g, p.conv, i, t, p.has_null, p.null_id); slot >= 0) {
+          TAct* dst = pool0 + slot * p.conv.slot_stride;  // per token: rows 0..W-2 <- the window after u_t
+#pragma unroll
+          for (int j = 0; j < kMaxW - 1; ++j)
+            if (j < W - 1) dst[j * D] = win[j];
+        }
+      }
     }
     if (tid < 2) {
       const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;

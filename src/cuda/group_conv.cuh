@@ -22,9 +22,11 @@ constexpr int kGcM = kMaxW - 1;
 
 // What the conv of a group needs (warp-uniform).
 struct GroupConv {
-  int64_t slot0, base, begin;
-  int len, nt;  // tokens (<= kTok); inputs kept in the pool (rolling verify: min(len, cols))
-  bool window;  // the sequence has a window (initial state, or rolling verify)
+  int64_t slot0, wslot, base, begin;  // wslot: the window's slot (per-token verify: column a-1's)
+  int len, nt;  // tokens (<= kTok); inputs kept in the pool (verify: min(len, cols))
+  int i;        // sequence in its group
+  bool window;  // the sequence has a window (initial state, or verify)
+  bool per_token;  // verify, per-token conv layout: after token t rows 0..W-2 of column t's slot
   int q0, k0, v0, KP, chunks;
   __device__ __forceinline__ int channel(int c) const {  // conv channel of [q | k | v] index c
     return c < KP ? q0 + c : c < 2 * KP ? k0 + (c - KP) : v0 + (c - 2 * KP);
@@ -59,7 +61,7 @@ __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const G
   using C = GcChunk<TAct, kTok>;
   using Vec = typename C::Vec;
   const int W = kW ? kW : p.conv.W, W1 = W - 1, col = p.src.proj.conv_col(ch);
-  const TAct* slot = static_cast<const TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride;
+  const TAct* slot = static_cast<const TAct*>(p.conv.state) + gc.wslot * p.conv.slot_stride;
   const TAct* qkvz = static_cast<const TAct*>(p.src.qkvz);
   const TAct* wt = static_cast<const TAct*>(p.conv.weight);
   const TAct* bias = static_cast<const TAct*>(p.conv.bias);
@@ -103,10 +105,12 @@ __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const G
 }
 
 // A chunk ([q | k | v] index c): y_t = act(bias + sum_j w_j (window ++ tokens)[t + j]) into
-// buf row t (kRow elements), then its new pool rows through put(row, vec) (the same CH channels).
-template <typename TAct, int kTok, int kW, typename Put>
+// buf row t (kRow elements), then its new pool rows (the same CH channels) through put(row, vec)
+// in slot0, or per-token verify put_slot(slot, row, vec).
+template <typename TAct, int kTok, int kW, typename Put, typename PutSlot>
 __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupMeta& g, const GroupConv& gc,
-                                          const GcChunk<TAct, kTok>& in, int c, TAct* buf, int kRow, Put put) {
+                                          const GcChunk<TAct, kTok>& in, int c, TAct* buf, int kRow, Put put,
+                                          PutSlot put_slot) {
   using C = GcChunk<TAct, kTok>;
   constexpr int CH = C::kCH;
   const int W = kW ? kW : p.conv.W, W1 = W - 1;
@@ -124,7 +128,19 @@ __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupM
       buf[t * kRow + c + e] = from_float<TAct>(p.conv.silu ? silu(y) : y);
     }
   }
-  if (g.spec) {  // rows 0..W-3 <- old rows base+1..base+W-2; row W-2+t <- token t, t < nt
+  if (gc.per_token) {  // after token t < nt: rows 0..W-2 of column t's slot <- elements t+1..t+W-1
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      if (t >= gc.nt) break;
+      const int64_t slot = per_token_slot(g, p.conv, gc.i, t, p.has_null, p.null_id);
+      if (slot < 0) continue;
+#pragma unroll
+      for (int pos = 0; pos < C::kN; ++pos) {  // element s sits at kGcM - W1 + s: row pos - (kGcM - W1) - t - 1
+        const int row = pos - (kGcM - W1) - t - 1;
+        if (row >= 0 && row < W1) put_slot(slot, row, in.u[pos]);
+      }
+    }
+  } else if (g.spec) {  // rows 0..W-3 <- old rows base+1..base+W-2; row W-2+t <- token t, t < nt
 #pragma unroll
     for (int pos = 0; pos < kGcM; ++pos)
       if (pos - (kGcM - W1) >= 1) put(pos - (kGcM - W1) - 1, in.u[pos]);

@@ -123,8 +123,6 @@ Status supports_chunked(const GatedDeltaRuleArgs& a) {
 }
 Status supports(const GdnAttentionArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gdn_attention", a.head_k_dim));
-  if (a.num_spec_decodes > 0 && a.spec_conv_layout == SpecConvLayout::kPerToken)
-    return Status::Error("gdn_attention: unsupported on CUDA: spec_conv_layout per_token");
   // + 1024: the conv kernel's extra block rows for the z copy
   return supports_grid("gdn_attention", a.num_prefills + a.num_decodes + a.num_spec_decodes + 1024,
                        a.num_v_heads / a.tp_size);
@@ -141,7 +139,7 @@ Status run_primitive_conv(const Args& a, const GroupMeta& g, bool per_token, voi
   p.conv = conv_ref(a.conv_state, a.weight, a.bias, a.activation);
   p.y = a.y.data;
   p.y_rs = a.y.stride[0];
-  p.per_token = per_token;
+  p.conv_per_token = per_token;
   p.has_null = a.null_block_id.has_value();
   p.null_id = a.null_block_id.value_or(0);
   return on_device(a.x.device_index, [&] { return launch_conv(p, a.x.dtype, false, static_cast<cudaStream_t>(stream)); });
@@ -227,6 +225,7 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
   step.conv.num_slots = std::min(a.conv_state.shape[0], a.ssm_state.shape[0]);
   step.has_null = a.null_block_id.has_value();
   step.null_id = a.null_block_id.value_or(0);
+  step.conv_per_token = a.spec_conv_layout == SpecConvLayout::kPerToken;
   step.z = a.z.data;
   step.z_rs = a.z.stride[0];
 
@@ -246,7 +245,6 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
 
   ConvParams cp;
   static_cast<StepParams&>(cp) = step;
-  cp.per_token = false;  // gdn_attention's spec conv layout is rolling
   const DType act = a.projected_states_qkvz.dtype;
   return on_device(a.projected_states_qkvz.device_index, [&] {
     rp.early_meta = early_meta_enabled();

@@ -53,6 +53,7 @@ struct StepParams {
   ConvRef conv;     // recurrent: fused only (read-only there)
   bool has_null = false;
   int64_t null_id = 0;
+  bool conv_per_token = false;  // verify conv windows per draft slot (SPEC §3), else the rolling line
   void* z = nullptr;  // gdn_attention only: z copy
   int64_t z_rs = 0;
 };
@@ -87,7 +88,6 @@ inline bool multi_token(const RecurrentParams& p, int64_t nseq) { return batch_t
 struct ConvParams : StepParams {
   void* y = nullptr;  // [rows, D] (primitive only)
   int64_t y_rs = 0;
-  bool per_token = false;  // verify conv layout
 };
 
 }  // namespace gdn::cuda

@@ -35,9 +35,9 @@ struct ConvChannel {
 // The taps are loaded together (unrolled to kMaxW, predicated on W), then summed in tap order.
 template <typename TAct>
 __device__ __forceinline__ float conv_token(const RecurrentParams& p, const GroupMeta& g, const ConvChannel<TAct>& c,
-                                            int64_t begin, int64_t t, int64_t slot0, int64_t win_base, bool init) {
+                                            int64_t begin, int64_t t, ConvWindow win, bool init) {
   const int W1 = p.conv.W - 1;
-  const TAct* cs = static_cast<const TAct*>(p.conv.state) + slot0 * p.conv.slot_stride + c.ch;
+  const TAct* cs = static_cast<const TAct*>(p.conv.state) + win.slot * p.conv.slot_stride + c.ch;
   const TAct* x = static_cast<const TAct*>(p.src.qkvz) + c.col;
   float u[kMaxW];
 #pragma unroll
@@ -46,7 +46,7 @@ __device__ __forceinline__ float conv_token(const RecurrentParams& p, const Grou
     if (j < p.conv.W) {
       const int64_t idx = t + j;
       if (idx < W1) {
-        if (init) u[j] = to_float(cs[(win_base + idx) * p.conv.D]);
+        if (init) u[j] = to_float(cs[(win.base + idx) * p.conv.D]);
       } else {
         const int64_t row = global_row(g, begin + idx - W1, p.src.num_actual_tokens);
         u[j] = to_float(x[row * p.src.qkvz_rs]);
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
   }
 
   const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
-  const int64_t win_base = g.spec ? si.acc - 1 : 0;  // conv window rows (fused)
+  const ConvWindow win = conv_window(g.spec, p.conv_per_token, si.slot0, si.read_slot, si.acc);  // fused
   if constexpr (kFused) {
     const auto& PL = p.src.proj;
     for (int c = tid; c < kCh; c += kThreads) {
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
       __syncthreads();  // the previous token's shared inputs are consumed
       for (int c = tid; c < kCh; c += kThreads) {
         const ConvChannel<TAct>& ch = s_ch[c];
-        const float y = ch.ch >= 0 ? conv_token<TAct>(p, g, ch, tr.begin, t, si.slot0, win_base, si.init) : 0.f;
+        const float y = ch.ch >= 0 ? conv_token<TAct>(p, g, ch, tr.begin, t, win, si.init) : 0.f;
         if (c < KP) s_stage.q[0][c] = y;
         else if (c < 2 * KP) s_stage.k[0][c - KP] = y;
         else s_stage.v[0][c - 2 * KP] = y;

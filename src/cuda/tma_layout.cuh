@@ -183,7 +183,8 @@ struct TmaMeta {
   float a[kTok], b[kTok];
   float A, dtb;            // -exp(A_log), dt_bias of the value head
   int flags, gi, i, hv, x;  // group, sequence in it, value head, row tile
-  int base;                 // fused: first conv window row (a - 1 for verify, else 0)
+  int base;                 // fused: conv window: first row (rolling verify: a - 1, else 0) ...
+  int64_t wslot;            // ... of this slot (per-token verify: column a - 1's, else slot0)
 };
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
