@@ -45,7 +45,7 @@ __device__ __forceinline__ void cluster_wait() {
 #define GDN_STEP_W_SMEM 1
 #endif
 
-template <typename TAct, typename TState, int KP, bool kDense, bool kLean = false>
+template <typename TAct, typename TState, int KP, bool kDense, bool kLean = false, bool kPerToken = false>
 __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTraits<TState, kLean>::kMinBlocks)
     fused_step_kernel(const __grid_constant__ RecurrentParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -129,21 +129,21 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
   TAct* const win = GDN_STEP_W_SMEM ? s_win[tid] : win_reg;  // the W-1 inputs before the current token
   bias = 0.f;
   int col = 0;
-  TAct* const pool0 = static_cast<TAct*>(p.conv.state) + ch;  // channel ch of slot 0
-  TAct* pool = pool0;
+  TAct* pool = static_cast<TAct*>(p.conv.state);
   const int64_t D = p.conv.D;
-  const bool per_token = g.spec && p.conv_per_token;
+  // kPerToken (an instance of its own, so that the rolling one keeps its code): verify windows in
+  // column a-1's slot, stored after token t into column t's slot (conv_window, per_token_slot).
+  const bool per_token = kPerToken && g.spec;
   if (ch >= 0) {
-    pool += si.slot0 * p.conv.slot_stride;
+    pool += (per_token ? si.read_slot : si.slot0) * p.conv.slot_stride + ch;
     col = PL.conv_col(ch);
     const TAct* wr = static_cast<const TAct*>(p.conv.weight) + static_cast<int64_t>(ch) * p.conv.weight_rs;
 #pragma unroll
     for (int j = 0; j < kMaxW; ++j) w[j] = j < W ? to_float(wr[j]) : 0.f;
     if (p.conv.bias) bias = to_float(static_cast<const TAct*>(p.conv.bias)[ch]);
-    const ConvWindow cw = conv_window(g.spec, p.conv_per_token, si.slot0, si.read_slot, si.acc);
-    const TAct* wp = pool0 + cw.slot * p.conv.slot_stride + cw.base * D;
+    const int64_t base = g.spec && !per_token ? si.acc - 1 : 0;
 #pragma unroll
-    for (int j = 0; j < kMaxW - 1; ++j) win[j] = (j < W - 1 && (si.init || g.spec)) ? wp[j * D] : TAct(0.f);
+    for (int j = 0; j < kMaxW - 1; ++j) win[j] = (j < W - 1 && (si.init || g.spec)) ? pool[(base + j) * D] : TAct(0.f);
     if (g.spec && !per_token) {  // rolling: rows 0..W-3 <- old rows base+1..base+W-2
 #pragma unroll
       for (int j = 0; j < kMaxW - 2; ++j)
@@ -178,15 +178,17 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
 #pragma unroll
       for (int j = 0; j < kMaxW - 1; ++j)
         if (j == W - 2) win[j] = x;
-      if (g.spec && t < g.cols) {
-        if (!per_token) {
-          pool[(W - 2 + t) * D] = x;  // rolling: row W-2+t <- u_t
-        } else if (const int64_t slot = per_token_slot(g, p.conv, i, t, p.has_null, p.null_id); slot >= 0) {
-          TAct* dst = pool0 + slot * p.conv.slot_stride;  // per token: rows 0..W-2 <- the window after u_t
+      if constexpr (kPerToken) {
+        if (per_token && t < g.cols) {  // rows 0..W-2 of column t's slot <- the window after u_t
+          const int64_t slot = per_token_slot(g, p.conv, i, t, p.has_null, p.null_id);
+          TAct* dst = static_cast<TAct*>(p.conv.state) + slot * p.conv.slot_stride + ch;
+          if (slot >= 0)
 #pragma unroll
-          for (int j = 0; j < kMaxW - 1; ++j)
-            if (j < W - 1) dst[j * D] = win[j];
+            for (int j = 0; j < kMaxW - 1; ++j)
+              if (j < W - 1) dst[j * D] = win[j];
         }
+      } else {
+        if (g.spec && t < g.cols) pool[(W - 2 + t) * D] = x;  // rolling: row W-2+t <- u_t
       }
     }
     if (tid < 2) {
@@ -259,15 +261,22 @@ std::optional<Status> launch_step_kernel(void (*kernel)(RecurrentParams), const 
 // nullopt (nothing launched) otherwise.
 template <typename TAct, typename TS, int KP, bool kDense>
 std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
+  // the per-token conv instance only where verify sequences keep their windows per draft slot
+  auto go = [&](auto lean_tag, auto per_token_tag) {
+    constexpr bool kL = decltype(lean_tag)::value, kPT = decltype(per_token_tag)::value;
+    return launch_step_kernel<StepTraits<TS, kL>>(fused_step_kernel<TAct, TS, KP, kDense, kL, kPT>, p, nseq, stream);
+  };
+  auto layout = [&](auto lean_tag) {
+    return p.conv_per_token && p.group[1].n > 0 ? go(lean_tag, std::true_type{}) : go(lean_tag, std::false_type{});
+  };
   if constexpr (sizeof(TS) == 4 && KP == 128 && kDense) {
     static_assert(StepTraits<TS, true>::kRows == StepTraits<TS>::kRows, "one cluster shape for both layouts");
     const int64_t csize = (p.V + StepTraits<TS>::kRows - 1) / StepTraits<TS>::kRows * p.r;
     const bool fits = csize <= 8 || nseq * (p.HV / p.r) <= GDN_STEP_LEAN_GROUPS;
     if (env_equals("GDN_STEP_LEAN", "1") || (fits && !env_equals("GDN_STEP_LEAN", "0")))
-      return launch_step_kernel<StepTraits<TS, true>>(fused_step_kernel<TAct, TS, KP, kDense, true>, p, nseq,
-                                                      stream);
+      return layout(std::true_type{});
   }
-  return launch_step_kernel<StepTraits<TS>>(fused_step_kernel<TAct, TS, KP, kDense>, p, nseq, stream);
+  return layout(std::false_type{});
 }
 
 }  // namespace gdn::cuda

@@ -22,7 +22,7 @@ constexpr int kGcM = kMaxW - 1;
 
 // What the conv of a group needs (warp-uniform).
 struct GroupConv {
-  int64_t slot0, wslot, base, begin;  // wslot: the window's slot (per-token verify: column a-1's)
+  int64_t slot0, base, begin;  // the conv window's slot (per-token verify: column a-1's) and first row
   int len, nt;  // tokens (<= kTok); inputs kept in the pool (verify: min(len, cols))
   int i;        // sequence in its group
   bool window;  // the sequence has a window (initial state, or verify)
@@ -61,7 +61,7 @@ __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const G
   using C = GcChunk<TAct, kTok>;
   using Vec = typename C::Vec;
   const int W = kW ? kW : p.conv.W, W1 = W - 1, col = p.src.proj.conv_col(ch);
-  const TAct* slot = static_cast<const TAct*>(p.conv.state) + gc.wslot * p.conv.slot_stride;
+  const TAct* slot = static_cast<const TAct*>(p.conv.state) + gc.slot0 * p.conv.slot_stride;
   const TAct* qkvz = static_cast<const TAct*>(p.src.qkvz);
   const TAct* wt = static_cast<const TAct*>(p.conv.weight);
   const TAct* bias = static_cast<const TAct*>(p.conv.bias);
@@ -116,6 +116,10 @@ __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupM
   const int W = kW ? kW : p.conv.W, W1 = W - 1;
   const TAct(&x)[C::kN][CH] = *reinterpret_cast<const TAct(*)[C::kN][CH]>(in.u);
   const bool has_bias = p.conv.bias != nullptr;
+  int64_t tslot[kTok];  // per-token verify: the slots the windows go to, requested before the conv
+#pragma unroll
+  for (int t = 0; t < kTok; ++t)
+    tslot[t] = gc.per_token && t < gc.nt ? per_token_slot(g, p.conv, gc.i, t, p.has_null, p.null_id) : -1;
 #pragma unroll
   for (int t = 0; t < kTok; ++t) {
     if (t >= gc.len) break;
@@ -131,8 +135,7 @@ __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupM
   if (gc.per_token) {  // after token t < nt: rows 0..W-2 of column t's slot <- elements t+1..t+W-1
 #pragma unroll
     for (int t = 0; t < kTok; ++t) {
-      if (t >= gc.nt) break;
-      const int64_t slot = per_token_slot(g, p.conv, gc.i, t, p.has_null, p.null_id);
+      const int64_t slot = tslot[t];
       if (slot < 0) continue;
 #pragma unroll
       for (int pos = 0; pos < C::kN; ++pos) {  // element s sits at kGcM - W1 + s: row pos - (kGcM - W1) - t - 1

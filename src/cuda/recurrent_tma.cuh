@@ -161,7 +161,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
     else return gbuf;
   };
   auto cpos = [&](int64_t t) {
-    return conv_pos<TAct>(p, m.wslot, m.base, (flags & kTmaInit) || g.spec, tr.begin, t);
+    return conv_pos<TAct>(p, m.slot0, m.base, (flags & kTmaInit) || g.spec, tr.begin, t);
   };
   if (!(flags & kTmaSkip)) {
     const int ntok = static_cast<int>(tr.len < kTok ? tr.len : kTok);

@@ -19,7 +19,7 @@ __device__ __forceinline__ GroupConv group_conv_of(const RecurrentParams& p, con
   GroupConv gc;
   gc.q0 = h * PL.K, gc.k0 = PL.H * PL.K + h * PL.K, gc.v0 = 2 * PL.H * PL.K + h * rv;  // first conv channels
   gc.KP = KP, gc.chunks = (2 * KP + rv) / gc_ch<TAct>();
-  gc.slot0 = m.slot0, gc.wslot = m.wslot, gc.base = m.base, gc.begin = m.begin, gc.i = m.i;
+  gc.slot0 = m.slot0, gc.base = m.base, gc.begin = m.begin, gc.i = m.i;
   gc.per_token = g.spec && p.conv_per_token;
   gc.len = static_cast<int>(m.len < kTok ? m.len : kTok);
   gc.nt = g.spec ? (gc.len < g.cols ? gc.len : static_cast<int>(g.cols)) : gc.len;
@@ -32,7 +32,7 @@ template <int kTok>
 __device__ __forceinline__ TmaMeta<kTok> meta_of_lane(const TmaMeta<kTok>& m, int u) {
   TmaMeta<kTok> b{};
   auto sh64 = [&](int64_t x) { return static_cast<int64_t>(__shfl_sync(0xffffffffu, static_cast<long long>(x), u)); };
-  b.begin = sh64(m.begin), b.len = sh64(m.len), b.slot0 = sh64(m.slot0), b.wslot = sh64(m.wslot);
+  b.begin = sh64(m.begin), b.len = sh64(m.len), b.slot0 = sh64(m.slot0);
   b.base = __shfl_sync(0xffffffffu, m.base, u), b.flags = __shfl_sync(0xffffffffu, m.flags, u);
   b.gi = __shfl_sync(0xffffffffu, m.gi, u), b.i = __shfl_sync(0xffffffffu, m.i, u);
   b.hv = __shfl_sync(0xffffffffu, m.hv, u);
@@ -48,7 +48,7 @@ __device__ __noinline__ void group_conv_long(const RecurrentParams& p, const Tma
   const GroupMeta& g = p.group[m.gi];
   const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
   for (int t = 0; t < kTok; ++t) {
-    const ConvPos<TAct> cp = conv_pos<TAct>(p, m.wslot, m.base, gc.window, m.begin, t);
+    const ConvPos<TAct> cp = conv_pos<TAct>(p, m.slot0, m.base, gc.window, m.begin, t);
     for (int cc = lane; cc < gc.chunks; cc += 32) {
       const int c = cc * CH;  // [q | k | v] index
       float y[CH];
@@ -60,8 +60,8 @@ __device__ __noinline__ void group_conv_long(const RecurrentParams& p, const Tma
   mbar_arrive(ready);
   __syncwarp();  // every lane's window reads are done
   const rules::TokenRange tr{m.begin, m.len};
-  // acc: only the rolling window's base (a - 1) is derived from it; the per-token window is m.wslot's rows 0..
-  const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.wslot, p.conv_per_token,
+  // the window's slot m.slot0 (either layout) and first row m.base = acc - 1 (rolling) or 0
+  const ConvSeq cs = make_conv_seq(g, m.i, tr, m.slot0, m.base + 1, m.slot0, p.conv_per_token,
                                    (m.flags & kTmaInit) != 0, true, p.conv.W);
   pool_update<TAct>(p, g, cs, gc.q0, KP, lane);  // K == KP (host)
   pool_update<TAct>(p, g, cs, gc.k0, KP, lane);

@@ -56,8 +56,9 @@ __device__ __forceinline__ TmaItem<TAct, kTok> resolve_item(const RecurrentParam
   const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
   // fused: a token outside the buffer makes its sequence padding
   const bool pad = si.pad || (kFused && !rows_in_buffer(g, si.tr.begin, si.tr.len, out_rows));
-  const ConvWindow cw = conv_window(g.spec, p.conv_per_token, si.slot0, si.read_slot, si.acc);
-  m.begin = si.tr.begin, m.len = si.tr.len, m.slot0 = si.slot0, m.base = static_cast<int>(cw.base), m.wslot = cw.slot;
+  // slot0 and base: where the fused step's conv window is (verify states go to col_slot)
+  const ConvWindow cw = conv_window(g.spec, kFused && p.conv_per_token, si.slot0, si.read_slot, si.acc);
+  m.begin = si.tr.begin, m.len = si.tr.len, m.slot0 = cw.slot, m.base = static_cast<int>(cw.base);
   m.flags = (si.tr.len == 0 ? kTmaSkip : pad ? kTmaPad : 0) | (si.init ? kTmaInit : 0);
   it.ntok = m.flags & (kTmaSkip | kTmaPad) ? 0 : static_cast<int>(si.tr.len < kTok ? si.tr.len : kTok);
   if constexpr (!kConvOnly) {

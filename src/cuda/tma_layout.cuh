@@ -177,14 +177,14 @@ __device__ __forceinline__ TokenSrc<TAct> token_src(const RecurrentParams& p, in
 enum : int { kTmaSkip = 1, kTmaPad = 2, kTmaInit = 4 };
 template <int kTok>
 struct TmaMeta {
-  int64_t begin, len, slot0;
+  int64_t begin, len;
+  int64_t slot0;            // column 0's slot; fused per-token verify: the conv window's (column a - 1's)
   int64_t row[kTok];       // global rows of the staged tokens
   int64_t col_slot[kTok];  // verify: the slot that receives the state after token t (-1: none)
   float a[kTok], b[kTok];
   float A, dtb;            // -exp(A_log), dt_bias of the value head
   int flags, gi, i, hv, x;  // group, sequence in it, value head, row tile
-  int base;                 // fused: conv window: first row (rolling verify: a - 1, else 0) ...
-  int64_t wslot;            // ... of this slot (per-token verify: column a - 1's, else slot0)
+  int base;                 // fused: first conv window row (rolling verify: a - 1, else 0)
 };
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
