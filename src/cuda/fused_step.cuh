@@ -156,6 +156,9 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
   for (int64_t t = 0; t < tr.len; ++t) {
     const int buf = static_cast<int>(t & 1);
     const int64_t row = global_row(g, tr.begin + t, out_rows);
+    int64_t tslot = -1;  // per token: where the window after u_t goes, requested with u_t
+    if constexpr (kPerToken)
+      if (per_token && ch >= 0 && t < g.cols) tslot = per_token_slot(g, p.conv, i, t, p.has_null, p.null_id);
     if (ch >= 0) {
       const TAct x = static_cast<const TAct*>(p.src.qkvz)[row * p.src.qkvz_rs + col];
       float a = bias;
@@ -179,13 +182,11 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
       for (int j = 0; j < kMaxW - 1; ++j)
         if (j == W - 2) win[j] = x;
       if constexpr (kPerToken) {
-        if (per_token && t < g.cols) {  // rows 0..W-2 of column t's slot <- the window after u_t
-          const int64_t slot = per_token_slot(g, p.conv, i, t, p.has_null, p.null_id);
-          TAct* dst = static_cast<TAct*>(p.conv.state) + slot * p.conv.slot_stride + ch;
-          if (slot >= 0)
+        if (tslot >= 0) {  // rows 0..W-2 of column t's slot <- the window after u_t
+          TAct* dst = static_cast<TAct*>(p.conv.state) + tslot * p.conv.slot_stride + ch;
 #pragma unroll
-            for (int j = 0; j < kMaxW - 1; ++j)
-              if (j < W - 1) dst[j * D] = win[j];
+          for (int j = 0; j < kMaxW - 1; ++j)
+            if (j < W - 1) dst[j * D] = win[j];
         }
       } else {
         if (g.spec && t < g.cols) pool[(W - 2 + t) * D] = x;  // rolling: row W-2+t <- u_t

@@ -106,8 +106,8 @@ __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const G
 
 // A chunk ([q | k | v] index c): y_t = act(bias + sum_j w_j (window ++ tokens)[t + j]) into
 // buf row t (kRow elements), then its new pool rows (the same CH channels) through put(row, vec)
-// in slot0, or per-token verify put_slot(slot, row, vec).
-template <typename TAct, int kTok, int kW, typename Put, typename PutSlot>
+// in slot0, or (kPT: a per-token verify group, an instance of its own) put_slot(slot, row, vec).
+template <typename TAct, int kTok, int kW, bool kPT, typename Put, typename PutSlot>
 __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupMeta& g, const GroupConv& gc,
                                           const GcChunk<TAct, kTok>& in, int c, TAct* buf, int kRow, Put put,
                                           PutSlot put_slot) {
@@ -116,10 +116,10 @@ __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupM
   const int W = kW ? kW : p.conv.W, W1 = W - 1;
   const TAct(&x)[C::kN][CH] = *reinterpret_cast<const TAct(*)[C::kN][CH]>(in.u);
   const bool has_bias = p.conv.bias != nullptr;
-  int64_t tslot[kTok];  // per-token verify: the slots the windows go to, requested before the conv
+  int64_t tslot[kPT ? kTok : 1];  // per token: the slots the windows go to, requested before the conv
+  if constexpr (kPT)
 #pragma unroll
-  for (int t = 0; t < kTok; ++t)
-    tslot[t] = gc.per_token && t < gc.nt ? per_token_slot(g, p.conv, gc.i, t, p.has_null, p.null_id) : -1;
+    for (int t = 0; t < kTok; ++t) tslot[t] = t < gc.nt ? per_token_slot(g, p.conv, gc.i, t, p.has_null, p.null_id) : -1;
 #pragma unroll
   for (int t = 0; t < kTok; ++t) {
     if (t >= gc.len) break;
@@ -132,7 +132,7 @@ __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupM
       buf[t * kRow + c + e] = from_float<TAct>(p.conv.silu ? silu(y) : y);
     }
   }
-  if (gc.per_token) {  // after token t < nt: rows 0..W-2 of column t's slot <- elements t+1..t+W-1
+  if constexpr (kPT) {  // after token t < nt: rows 0..W-2 of column t's slot <- elements t+1..t+W-1
 #pragma unroll
     for (int t = 0; t < kTok; ++t) {
       const int64_t slot = tslot[t];
@@ -143,6 +143,7 @@ __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupM
         if (row >= 0 && row < W1) put_slot(slot, row, in.u[pos]);
       }
     }
+    (void)put;
   } else if (g.spec) {  // rows 0..W-3 <- old rows base+1..base+W-2; row W-2+t <- token t, t < nt
 #pragma unroll
     for (int pos = 0; pos < kGcM; ++pos)

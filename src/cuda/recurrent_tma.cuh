@@ -446,8 +446,11 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
   } else if (warp < Lay::kConsumers) {
     tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
   } else if constexpr (kFused) {
-    tma_conv_warp<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gdone, gready, warp - Lay::kConsumers - 1, Lay::kConvWarps, pre, lane,
-                                      prof);
+    const int cw = warp - Lay::kConsumers - 1;
+    if (p.conv_per_token && p.group[1].n > 0)  // per-token verify windows: the conv warp's own instance
+      tma_conv_warp<TAct, TS, KP, kTok, true>(p, tg, nk, gbuf, gdone, gready, cw, Lay::kConvWarps, pre, lane, prof);
+    else
+      tma_conv_warp<TAct, TS, KP, kTok, false>(p, tg, nk, gbuf, gdone, gready, cw, Lay::kConvWarps, pre, lane, prof);
     if (tg.zc) copy_z<TAct, 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x, 0);  // z by the conv warp instead
   }
 #if GDN_TMA_PROFILE

@@ -70,7 +70,7 @@ __device__ __noinline__ void group_conv_long(const RecurrentParams& p, const Tma
 
 // Chunk cc of a short group's conv: its inputs requested at once, its conv outputs into the group
 // buffer and its new pool rows from the same registers.
-template <typename TAct, int KP, int kTok, int kW>
+template <typename TAct, int KP, int kTok, int kW, bool kPT = false>
 __device__ __forceinline__ void group_conv_chunk(const RecurrentParams& p, const GroupMeta& g, const GroupConv& gc,
                                                  const int64_t (&xr)[kTok], int cc, TAct* buf) {
   constexpr int kRow = tma_group_row(KP), CH = gc_ch<TAct>();
@@ -79,7 +79,7 @@ __device__ __forceinline__ void group_conv_chunk(const RecurrentParams& p, const
   gc_load_global<TAct, kTok, kW>(p, gc, xr, gc.channel(cc * CH), in);
   TAct* const pool = static_cast<TAct*>(p.conv.state) + gc.channel(cc * CH);
   TAct* col = pool + gc.slot0 * p.conv.slot_stride;
-  gc_finish<TAct, kTok, kW>(
+  gc_finish<TAct, kTok, kW, kPT>(
       p, g, gc, in, cc * CH, buf, kRow,
       [&](int row, const typename C::Vec& v) { *reinterpret_cast<typename C::Vec*>(col + row * p.conv.D) = v; },
       [&](int64_t slot, int row, const typename C::Vec& v) {
@@ -96,14 +96,24 @@ __device__ __forceinline__ void group_conv_chunk(const RecurrentParams& p, const
 // kT: the tokens the code handles (kTok, or 1 for a group of a one-token sequence: fewer loads and
 // branches, and a shorter instruction stream — the prologue runs cold from the instruction cache:
 // bench/RESULTS.md steps 71-72).
-template <typename TAct, int KP, int kTok, int kW, int kT = kTok>
+template <typename TAct, int KP, int kTok, int kW, int kT = kTok, bool kPT = false>
 __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf,
                                                  int lane) {
   const GroupMeta& g = p.group[m.gi];
   const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
   int64_t xr[kT];
   gc_rows<kT>(p, g, gc, xr);
-  for (int cc = lane; cc < gc.chunks; cc += 32) group_conv_chunk<TAct, KP, kT, kW>(p, g, gc, xr, cc, buf);
+  for (int cc = lane; cc < gc.chunks; cc += 32) group_conv_chunk<TAct, KP, kT, kW, kPT>(p, g, gc, xr, cc, buf);
+}
+
+// A short verify group whose conv windows are per draft slot: group_conv_short's per-token
+// instances, out of line (fewer spills in the conv warp's loop).
+template <typename TAct, int KP, int kTok>
+__device__ __noinline__ void group_conv_per_token(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf, int lane,
+                                                  bool w4, bool one) {
+  if (w4 && one && m.len <= 1) group_conv_short<TAct, KP, kTok, 4, 1, true>(p, m, buf, lane);
+  else if (w4) group_conv_short<TAct, KP, kTok, 4, kTok, true>(p, m, buf, lane);
+  else group_conv_short<TAct, KP, kTok, 0, kTok, true>(p, m, buf, lane);
 }
 
 // Fused: the metadata of the block's group gq (its first item) for its conv: only what the conv
@@ -120,7 +130,8 @@ __device__ __forceinline__ TmaMeta<kTok> resolve_group(const RecurrentParams& p,
 // (group_conv_short, or group_conv_long for a longer sequence), and every lane arrives on gready
 // (consumers wait on it before reading the buffer). Inline in the conv warp's loop: the metadata
 // stays in registers.
-template <typename TAct, int KP, int kTok>
+// kPT: the batch's verify windows are per draft slot (tma_conv_warp's instance of its own).
+template <typename TAct, int KP, int kTok, bool kPT>
 __device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
                                                 bool w4, bool one, TAct* gbuf, uint64_t* gdone, uint64_t* gready,
                                                 int lane) {
@@ -129,9 +140,15 @@ __device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const 
   TAct* buf = tma_group_buf<KP, kTok>(gbuf, gs);
   if (!(m.flags & (kTmaSkip | kTmaPad))) {
     if (m.len > kTok) return group_conv_long<TAct, KP, kTok>(p, m, buf, &gready[gs], lane);
-    if (w4 && one && m.len <= 1) group_conv_short<TAct, KP, kTok, 4, 1>(p, m, buf, lane);
-    else if (w4) group_conv_short<TAct, KP, kTok, 4>(p, m, buf, lane);
-    else group_conv_short<TAct, KP, kTok, 0>(p, m, buf, lane);
+    if (kPT && p.group[m.gi].spec) {  // per-token verify windows
+      group_conv_per_token<TAct, KP, kTok>(p, m, buf, lane, w4, one);
+    } else if (w4 && one && m.len <= 1) {
+      group_conv_short<TAct, KP, kTok, 4, 1>(p, m, buf, lane);
+    } else if (w4) {
+      group_conv_short<TAct, KP, kTok, 4>(p, m, buf, lane);
+    } else {
+      group_conv_short<TAct, KP, kTok, 0>(p, m, buf, lane);
+    }
   }
   mbar_arrive(&gready[gs]);
 }
@@ -139,7 +156,7 @@ __device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const 
 // Fused, conv warp cw of ncw: resolves 32 of its groups at once (groups cw, cw + ncw, ... from the
 // first one the prologue left; lane u: the first item of its group j0 + u), then computes them in
 // order (group_conv_warp), up to kGroupBufs - 1 groups ahead of the consumers.
-template <typename TAct, typename TS, int KP, int kTok>
+template <typename TAct, typename TS, int KP, int kTok, bool kPT>
 __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg, int nk, TAct* gbuf, uint64_t* gdone,
                                            uint64_t* gready, int cw, int ncw, int pre, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, true>;
@@ -152,7 +169,7 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
     TMA_ADD(prof[0], t_res);
     TMA_T0(t_cv);
     for (int u = 0; u < 32 && cw + (j0 + u) * ncw < ng; ++u)
-      group_conv_warp<TAct, KP, kTok>(p, meta_of_lane<kTok>(m, u), cw + (j0 + u) * ncw, Lay::kGroupBufs,
+      group_conv_warp<TAct, KP, kTok, kPT>(p, meta_of_lane<kTok>(m, u), cw + (j0 + u) * ncw, Lay::kGroupBufs,
                                       tg.conv_w4 != 0, tg.one != 0, gbuf, gdone, gready, lane);
     TMA_ADD(prof[2], t_cv);  // profile: the conv warp's "recur" column is its group loop
 #if GDN_TMA_PROFILE
@@ -206,12 +223,15 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
     if (tg.conv_w4 && tg.one && gc.len <= 1) {  // a one-token sequence: the one-token code (group_conv_short)
       int64_t xr1[1];
       gc_rows<1>(p, g, gc, xr1);
-      group_conv_chunk<TAct, KP, 1, 4>(p, g, gc, xr1, cc, buf);
+      if (gc.per_token) group_conv_chunk<TAct, KP, 1, 4, true>(p, g, gc, xr1, cc, buf);
+      else group_conv_chunk<TAct, KP, 1, 4>(p, g, gc, xr1, cc, buf);
       continue;
     }
     int64_t xr[kTok];
     gc_rows<kTok>(p, g, gc, xr);
-    if (tg.conv_w4) group_conv_chunk<TAct, KP, kTok, 4>(p, g, gc, xr, cc, buf);
+    if (gc.per_token && tg.conv_w4) group_conv_chunk<TAct, KP, kTok, 4, true>(p, g, gc, xr, cc, buf);
+    else if (gc.per_token) group_conv_chunk<TAct, KP, kTok, 0, true>(p, g, gc, xr, cc, buf);
+    else if (tg.conv_w4) group_conv_chunk<TAct, KP, kTok, 4>(p, g, gc, xr, cc, buf);
     else group_conv_chunk<TAct, KP, kTok, 0>(p, g, gc, xr, cc, buf);
   }
   fence_proxy_async();  // the scratch's generic accesses before the stages' bulk copies
