@@ -1,4 +1,4 @@
-// gdn bench — decode and verify timings on the GPU, by the method of PERFORMANCE.md:
+// gdn bench — decode and verify timings on the GPU, by the method of docs/performance.md:
 //  * each timed unit is a CUDA graph of R <= 1024 calls, each call on its own slots of one large
 //    pool (the states of a graph exceed 3x the 60 MB L2, so replays do not measure the cache);
 //  * warm-up replays, then >= 20 timed replays (CUDA events); median time per call;
@@ -151,9 +151,9 @@ PoolShape pool_shape(const Case& k) {
 }
 
 // arena: where every case's state pool lives (one allocation for the whole run, made before the
-// first case: a case's time must not depend on what earlier cases allocated and freed; bench/
-// RESULTS.md, eleventh session: verify T = 4 N = 64 took 205-211 instead of 189-191 us after a
-// T = 3 case); nullptr: a pool of its own per case (GDN_BENCH_ARENA=0, for comparison).
+// first case: a case's time must not depend on what earlier cases allocated and freed; with a
+// pool per case, verify T = 4 N = 64 took 205-211 instead of 189-191 us after a T = 3 case);
+// nullptr: a pool of its own per case (GDN_BENCH_ARENA=0, for comparison).
 Result run_case(const Case& k, int replays, DevBuf* arena) {
   const Model& m = *k.m;
   const int64_t N = k.N, T = k.T, rows = N * T, cols = T == 1 ? 1 : T, W = 4;

@@ -1,4 +1,4 @@
-// An SM copy kernel: the bandwidth ceiling `gdn bench` reports against (PERFORMANCE.md: a copy
+// An SM copy kernel: the bandwidth ceiling `gdn bench` reports against (docs/performance.md: a copy
 // engine node in a graph runs slower than an SM kernel, so the ceiling is measured this way).
 #include <cuda_runtime.h>
 

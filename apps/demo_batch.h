@@ -1,6 +1,6 @@
 // demo_batch.h — from an engine's schedule to gdn_attention metadata, and the slot pool.
 //
-// State bookkeeping (SPEC.md §3), the way the engine keeps it for each request with block-table
+// State bookkeeping (docs/contract.md §3), the way the engine keeps it for each request with block-table
 // row slots[0..cols-1]:
 //   * a prefill piece is a non-spec sequence on slots[0] (has_initial_state = false for the first
 //     piece); afterwards the SSM state is in slots[0] and the conv window in rows 0..W-2 of slots[0];

@@ -3,7 +3,7 @@
 // One layer, per token (Qwen3-Next's linear-attention block, without its MLP):
 //   x = rms_norm(h) * input_norm
 //   qkvz = x @ in_proj_qkvz,  ba = x @ in_proj_ba        (interleaved per key head, or block)
-//   core, z = gdn_attention(qkvz, ba, conv/SSM pools, ...)  (conv1d + gated delta rule, SPEC.md §1)
+//   core, z = gdn_attention(qkvz, ba, conv/SSM pools, ...)  (conv1d + gated delta rule, docs/contract.md §1)
 //   h = h + (rms_norm(core) * norm * silu(z)) @ out_proj   (gated norm per value head)
 // then logits = rms_norm(h) * final_norm @ lm_head. Activations are float32.
 //

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Side-by-side times of several `gdn bench` JSON files (A/B runs of one lease), one row per case.
+"""Side-by-side times of several `gdn bench` JSON files (A/B runs on one machine), one row per case.
 
 usage: bench/compare.py NAME=FILE[,FILE...] [NAME=FILE[,FILE...] ...] [--ops fused] [--ratio]
 The first run is the reference: each other column also shows its change against it in percent.
-Several files for one name (repeats of the same setting, e.g. interleaved A B A B in one lease):
+Several files for one name (repeats of the same setting, e.g. interleaved A B A B in one run):
 each case is their median.
 --ratio adds, per file, fused µs ÷ recurrent µs of the same file (the fused-step target).
 Cases missing from a file print as "-".

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peer decode/verify kernels (vLLM, FLA; Python + Triton) on the GPU, side by side with ours.
 
-Method (shared/PERFORMANCE.md, the same as `gdn bench`):
+Method (docs/performance.md, the same as `gdn bench`):
   * each timed unit is a CUDA graph of R calls; call c works on its own slot range of one pool, and
     the slots touched by the graph exceed 3 x the 60 MB L2, so replays do not measure the cache;
   * one eager call first (Triton compiles there; its wall time is reported as first_call_s), three

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tuning sweep on the GPU machine: builds the CLI once per configuration of the recurrent kernels'
+# Tuning sweep on a machine with an NVIDIA GPU: builds the CLI once per configuration of the recurrent kernels'
 # tuning macros (src/cuda/recurrent.cuh: GDN_REC_* for gated_delta_rule_recurrent, GDN_FUSED_* for
 # gdn_attention's fused step) and benchmarks each.
 # usage: bench/sweep.sh "CONFIG ..." [gdn bench args]

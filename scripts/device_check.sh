@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine: build with CUDA (Release), run the whole test suite for real, replay the
+# On a machine with an NVIDIA GPU: build with CUDA (Release), run the whole test suite for real, replay the
 # golden cases on the CUDA backend, report kernel resources, and optionally run tools passed as
 # STAGES (space-separated: tests replay ptxas sanitize sanitize_tma bench peers ab ncu python). Logs go to $OUT (or ./device-out).
 set -uo pipefail

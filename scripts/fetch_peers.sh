@@ -8,11 +8,9 @@
 # triton alone. Nothing under .peers/ is ever committed (it is in .gitignore).
 #
 # usage: scripts/fetch_peers.sh [--vllm SRC] [--fla SRC] [--out DIR]
-#   SRC is a git directory (e.g. a bare mirror /work/.mirror/<owner>+<name>/repo; files are read
-#   at $PEERS_REF, default HEAD) or a source tree whose root holds vllm/ (resp. fla/).
-#   Defaults: --vllm: /work/.mirror/vllm-project+vllm/repo, else DIR/src/vllm
-#             --fla:  /work/.mirror/fla-org+flash-linear-attention/repo, else DIR/src/fla
-#             --out:  <repo>/.peers
+#   SRC is a git directory (a clone or bare mirror of the project; files are read at $PEERS_REF,
+#   default HEAD) or a source tree whose root holds vllm/ (resp. fla/).
+#   Defaults: --vllm: DIR/src/vllm, --fla: DIR/src/fla, --out: <repo>/.peers (DIR)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT="$ROOT/.peers"
@@ -24,7 +22,7 @@ while [ $# -gt 0 ]; do
     --vllm) VLLM_SRC=$2; shift 2 ;;
     --fla) FLA_SRC=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     *) echo "fetch_peers: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -38,9 +36,9 @@ pick() {  # first existing candidate
   for c in "$@"; do [ -e "$c" ] && { echo "$c"; return 0; }; done
   return 1
 }
-[ -n "$VLLM_SRC" ] || VLLM_SRC=$(pick /work/.mirror/vllm-project+vllm/repo "$OUT/src/vllm") || {
+[ -n "$VLLM_SRC" ] || VLLM_SRC=$(pick "$OUT/src/vllm") || {
   echo "fetch_peers: no vLLM source: pass --vllm (a git dir or a tree holding vllm/)" >&2; exit 1; }
-[ -n "$FLA_SRC" ] || FLA_SRC=$(pick /work/.mirror/fla-org+flash-linear-attention/repo "$OUT/src/fla") || {
+[ -n "$FLA_SRC" ] || FLA_SRC=$(pick "$OUT/src/fla") || {
   echo "fetch_peers: no FLA source: pass --fla (a git dir or a tree holding fla/)" >&2; exit 1; }
 
 is_git() { git --git-dir="$1" rev-parse --verify -q "$REF^{commit}" >/dev/null 2>&1; }

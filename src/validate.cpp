@@ -1,4 +1,4 @@
-// Host-side validation of the primitive ops (SPEC.md §5): causal_conv1d_fwd, causal_conv1d_update,
+// Host-side validation of the primitive ops (docs/contract.md §5): causal_conv1d_fwd, causal_conv1d_update,
 // gated_delta_rule_recurrent and gated_delta_rule_chunked. Shapes, dtypes, devices and layouts only:
 // the metadata values live on the device and are the business of check_metadata.
 #include <string>

@@ -1,4 +1,4 @@
-// Host-side validation of gdn_attention (SPEC.md §4.5, §5): head counts against tp_size, the
+// Host-side validation of gdn_attention (docs/contract.md §4, §5): head counts against tp_size, the
 // projection widths, the pools, and the two groups of sequences (non-speculative and verify),
 // whose tensors are required exactly when the group has sequences.
 #include <cstdint>

@@ -1,4 +1,4 @@
-// check_metadata (SPEC.md §3, "Invalid device-side metadata"): reads the host-resident index
+// check_metadata (docs/contract.md §3, "Metadata the host cannot see"): reads the host-resident index
 // tensors of a well-formed call and reports, in words, the first value the device would have to
 // clamp or treat as padding:
 //   1. query_start_loc[i] outside [0, limit] or decreasing (limit: rows of x / q; for

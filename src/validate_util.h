@@ -1,4 +1,4 @@
-// src/validate_util.h — the pieces of host-side argument validation (SPEC.md §5) shared by the
+// src/validate_util.h — the pieces of host-side argument validation (docs/contract.md §5) shared by the
 // validators of the five ops. Private to src/validate*.cpp.
 //
 // Every message has one shape:

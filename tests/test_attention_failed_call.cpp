@@ -1,4 +1,4 @@
-// A failed call changes nothing (SPEC §5), for the allocation gdn_attention's CPU backend makes:
+// A failed call changes nothing (docs/contract.md §5), for the allocation gdn_attention's CPU backend makes:
 // its scratch is sized by the tokens the sequences use (not by the length of a token_indx), and
 // all of it is allocated before the first write. Each case runs in a child process (a gtest death
 // test) whose data segment is limited (RLIMIT_DATA) to what it already uses plus a margin:

@@ -1,4 +1,4 @@
-// check_metadata (SPEC.md §3, "Invalid device-side metadata"): one test per class of violation,
+// check_metadata (docs/contract.md §3, "Metadata the host cannot see"): one test per class of violation,
 // asserting the words of the report; padding (negative slots, null_block_id) is not a violation.
 #include "validation_fixtures.h"
 

@@ -17,7 +17,7 @@
 //     long prefill) launched on two streams back to back without synchronising in between; both
 //     equal their CPU references.
 //   CudaDeterminism.ByteIdenticalAcrossRuns: the same call from identical device inputs, 3 times:
-//     core_attn_out, z, conv_state and ssm_state identical byte for byte (SPEC.md §6).
+//     core_attn_out, z, conv_state and ssm_state identical byte for byte (docs/contract.md §6).
 //
 // Tolerance principle: the CUDA kernels evaluate the same float32 math as the CPU backend, in a
 // different summation order (and fused differently), so results agree to float32 rounding:

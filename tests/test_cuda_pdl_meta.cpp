@@ -3,7 +3,7 @@
 // (griddepcontrol.wait), as they do unless the caller opts in to reading it before
 // (GDN_CUDA_EARLY_META=1, src/cuda/cuda_util.cuh, which requires that the kernel before the op
 // does not write it). These tests make that case happen, so they pass only without the opt-in
-// (run on the device with it: bench/RESULTS.md step 84).
+// (run on a GPU with the opt-in).
 //   CudaPdlMeta.MetadataWrittenByThePreviousKernel: on one stream, a one-block kernel
 //     (tests/support/pdl_writer.cu) calls griddepcontrol.launch_dependents at once, spins about
 //     1 ms, then overwrites query_start_loc, state_indices and num_accepted_tokens with new

@@ -3,7 +3,7 @@
 //     long prefill) launched on two streams back to back without synchronising in between; both
 //     equal their CPU references.
 //   CudaDeterminism.ByteIdenticalAcrossRuns: the same call from identical device inputs, 3 times:
-//     core_attn_out, z, conv_state and ssm_state identical byte for byte (SPEC.md §6).
+//     core_attn_out, z, conv_state and ssm_state identical byte for byte (docs/contract.md §6).
 //   CudaFusedLaunches.OneAndTwoLaunchesAgree: gdn_attention as one launch (thread-block clusters
 //     of the blocks of one (sequence, key head), sm_90) and as two (GDN_CUDA_FUSED_LAUNCHES=2):
 //     both equal to the CPU, z and the conv pool byte-identical, core_attn_out and ssm_state too

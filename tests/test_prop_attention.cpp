@@ -10,9 +10,9 @@
 //
 // The composition (tests/support/prop_attention.h) de-interleaves the projections into
 // x = [q|k|v], runs causal_conv1d_fwd (non-spec) / causal_conv1d_update (spec, rolling), splits the
-// conv output (stored in the activation dtype, as the lead decided) and runs
-// gated_delta_rule_recurrent per group. Tolerances: on the CPU the fused op is, by the lead's
-// decision, the same float32 operations in the same order: everything bit-exact. On CUDA the fused
+// conv output (stored in the activation dtype, as docs/contract.md §4 says) and runs
+// gated_delta_rule_recurrent per group. Tolerances: on the CPU the fused op is, by docs/contract.md
+// §4, the same float32 operations in the same order: everything bit-exact. On CUDA the fused
 // kernel may order the float32 sums differently from the separate kernels: core_attn_out and the
 // SSM state within rel L2 1e-5 (float32 storage) or 1e-2 (bf16/fp16 storage); conv state and z are
 // copies of inputs, hence bit-exact everywhere. Property 5 only changes where columns are loaded

@@ -3,7 +3,7 @@
 // recurrent non-spec / verify, chunked).
 //
 // Tolerances: on the CPU every sequence is computed by the same float32 loops whatever else is in
-// the batch, so outputs and pools are compared bit for bit (SPEC.md §6 asks identical inputs to
+// the batch, so outputs and pools are compared bit for bit (docs/contract.md §6 asks identical inputs to
 // give identical bytes; the CPU oracle keeps that per sequence). On CUDA a kernel may pick other
 // tiles or split points for another batch shape, which reorders float32 sums: outputs and SSM
 // states within rel L2 1e-5 (float32 storage) / 1e-2 (bf16); conv states and z are copies: bit-exact.

@@ -1,5 +1,5 @@
-// Property 7: hostile device-side metadata (SPEC.md §3 "Invalid device-side metadata" and the
-// lead's decisions). Each hostile call is compared, bit for bit on the same backend, with a clean
+// Property 7: hostile device-side metadata (docs/contract.md §3, "Metadata the host cannot
+// see", and its padding rules). Each hostile call is compared, bit for bit on the same backend, with a clean
 // call that the rules declare equivalent:
 //   slot >= num_slots (also an int64 slot that narrows to a valid int32)  == slot -1 (padding);
 //   verify column t != a-1 invalid                                        == column t = -1 (store skipped);
@@ -192,7 +192,7 @@ std::vector<Mutation> mutations() {
                  h.slots[0][2] = h.num_slots + 3;  // sequence 0: T = 3, a = 2
                  c.slots[0][2] = -1;
                }});
-  // The rolling conv reads only column 0's slot, but by the lead's decision an invalid column a-1
+  // The rolling conv reads only column 0's slot, but by docs/contract.md §3 an invalid column a-1
   // makes the sequence padding there too (zero y, no pool write), as in per_token and gdn_attention.
   m.push_back({"verify column a-1 past the pool (padding)", true, false, true, [](HCase& h, HCase& c) {
                  h.slots[0][1] = h.num_slots;  // sequence 0: a = 2

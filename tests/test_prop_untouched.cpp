@@ -1,6 +1,6 @@
 // Property 6: untouched memory. Every op runs twice on the same live data, once with all other
 // bytes (outputs, pools, input rows that must not be read, stride gaps) filled with a NaN bit
-// pattern and once with 0x7F bytes. From the SPEC.md §3 rules alone (tests/support/prop_rules.h)
+// pattern and once with 0x7F bytes. From the docs/contract.md §3 rules alone (tests/support/prop_rules.h)
 // every element is classified beforehand:
 //   - written: outputs of valid tokens, states the rules store: same bytes in both runs and
 //     finite (an element left unwritten, or computed from a poison read, differs between runs);

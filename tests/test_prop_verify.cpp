@@ -2,7 +2,7 @@
 //
 // A verify step runs T_i draft tokens per sequence through causal_conv1d_update and
 // gated_delta_rule_recurrent with state_indices [n, cols] and num_accepted_tokens; the engine then
-// accepts a_i tokens (1 <= a_i <= T_i). The states the next step reads (SPEC.md §3: rolling conv
+// accepts a_i tokens (1 <= a_i <= T_i). The states the next step reads (docs/contract.md §3: rolling conv
 // rows a-1..a+W-3 of the column-0 slot, or per-token slot state_indices[i, a-1]; SSM column a-1)
 // must equal what plain decoding (non-spec, one token per sequence per call) of the first a_i
 // tokens leaves, and the verify outputs of tokens t < a_i must equal the decode outputs.

@@ -1,4 +1,4 @@
-// Host-side validation (SPEC.md §5): one test per class of invalid argument for each op. Every test
+// Host-side validation (docs/contract.md §5): one test per class of invalid argument for each op. Every test
 // starts from a valid call (validation_fixtures.h), breaks one thing, and checks that the message
 // names the argument, the expectation and what was given, and that the op entry returns the same
 // error without changing a byte of any (poisoned) buffer.

@@ -1,4 +1,4 @@
-// Host-side validation of gdn_attention (SPEC.md §4.5, §5), in the manner of test_validation.cpp:
+// Host-side validation of gdn_attention (docs/contract.md §4, §5), in the manner of test_validation.cpp:
 // a valid mixed batch (prefill, decode, verify) is broken in one place per test.
 #include <limits>
 

@@ -1,5 +1,5 @@
 // bindings/torch/ops.cpp — the gdn torch library: schemas (TORCH_LIBRARY) and the CPU / CUDA
-// implementations of the five ops of SPEC.md §4, each a thin call of the C++ core (gdn/ops.h).
+// implementations of the five ops of docs/contract.md §4, each a thin call of the C++ core (gdn/ops.h).
 //
 // Per op there is a functional form that allocates its output (y or o, zero-filled so rows no
 // sequence covers are deterministic) and an `_out` form that writes a caller's buffer and returns

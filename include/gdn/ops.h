@@ -1,6 +1,6 @@
-// gdn/ops.h — the five operations of SPEC.md §4: one argument struct and one entry per op.
+// gdn/ops.h — the five operations of docs/contract.md §4: one argument struct and one entry per op.
 //
-// Every entry validates all arguments on the host before touching memory (SPEC.md §5) and then
+// Every entry validates all arguments on the host before touching memory (docs/contract.md §5) and then
 // dispatches on the tensors' device to the CPU or CUDA backend. `stream` is a cudaStream_t for
 // CUDA tensors (nullptr: the default stream) and ignored on the CPU.
 //
@@ -9,7 +9,7 @@
 //   * has_initial_state is bool; absent means "true" for every sequence;
 //   * every tensor is dense except in dim 0, whose stride may be larger (padded pools, row views);
 //   * a slot < 0, a slot >= num_slots, or a slot == null_block_id marks a padded sequence
-//     (SPEC.md §3): its state is neither read nor written and its output rows are zero.
+//     (docs/contract.md §3): its state is neither read nor written and its output rows are zero.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -110,7 +110,7 @@ struct GdnAttentionArgs {
   bool reorder_input = false;    // true: block layout [q|k|v|z]; false: per-key-head interleaved
   std::optional<double> scale;   // default K^-1/2
   std::optional<int64_t> null_block_id;
-  // Verify sequences' conv windows (SPEC §3): per token (vllm-xpu-kernels' gdn_attention: window =
+  // Verify sequences' conv windows (docs/contract.md §3): per token (vllm-xpu-kernels' gdn_attention: window =
   // rows 0..W-2 of the slot of column a-1, after token t rows 0..W-2 of the slot of column t;
   // conv_state rows >= W-1) or one rolling line in the slot of column 0 (rows >= W-2+cols).
   SpecConvLayout spec_conv_layout = SpecConvLayout::kPerToken;
@@ -139,7 +139,7 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& args, void* stream = n
 Status gdn_attention(const GdnAttentionArgs& args, void* stream = nullptr);
 
 // Reads the (host-resident) metadata and reports the first value that the device would have to
-// clamp or treat as padding (SPEC.md §3, "Invalid device-side metadata"). Ok when all is valid.
+// clamp or treat as padding (docs/contract.md §3, "Metadata the host cannot see"). Ok when all is valid.
 // Index tensors must be on the CPU.
 Status check_metadata(const CausalConv1dFwdArgs& args);
 Status check_metadata(const CausalConv1dUpdateArgs& args);

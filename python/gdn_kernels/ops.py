@@ -7,7 +7,7 @@ a failed call changes nothing. The functions are traceable by ``torch.compile`` 
 implementations) and can be captured in CUDA graphs. There is no autograd: these are inference
 kernels.
 
-Common conventions (SPEC.md):
+Common conventions (docs/contract.md):
 
 * Index tensors (``query_start_loc``, ``state_indices``, token remaps, ``num_accepted_tokens``)
   are int32 or int64. ``has_initial_state`` is bool; ``None`` means "true" for every sequence.

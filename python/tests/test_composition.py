@@ -1,5 +1,5 @@
-"""gdn_attention equals the composition of the primitive torch ops, bit for bit on the CPU (the
-lead's rule: the conv output is rounded to the activation dtype before the recurrence), and the
+"""gdn_attention equals the composition of the primitive torch ops, bit for bit on the CPU
+(docs/contract.md §4: the conv output is rounded to the activation dtype before the recurrence), and the
 interleaved (Qwen3-Next) and block (Qwen3.5/3.6) projection layouts give the same bytes."""
 
 import pytest

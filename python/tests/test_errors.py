@@ -1,5 +1,5 @@
 """Bad arguments raise RuntimeError whose message names the op, the argument, what was expected and
-what was given (the core's validation, SPEC §5); a failed call changes nothing."""
+what was given (the core's validation, docs/contract.md §5); a failed call changes nothing."""
 
 import pytest
 import torch

@@ -13,7 +13,7 @@ FILES = golden_files()
 
 
 def test_golden_cases_exist():
-    assert len(FILES) >= 16, "tests/data/golden holds the cases of /work/shared/golden"
+    assert len(FILES) >= 16, "tests/data/golden holds the 16 golden cases"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -35,7 +35,7 @@ def test_golden_out_buffers_poisoned(path, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("path", FILES, ids=golden_ids())
 def test_golden_strided_pools(path, device):
-    """Pools with padded slots (SPEC §2): same results, and the padding between slots survives."""
+    """Pools with padded slots (docs/contract.md §2): same results, and the padding between slots survives."""
     case = Case(path)
     res = run_case(case, device, pool_pad=24)
     check_case(case, res)

@@ -1,5 +1,5 @@
 // src/common/attention_layout.h — where gdn_attention finds each conv channel, z element and gate
-// input in its projection rows (SPEC.md §2), for both projection layouts. Host and device.
+// input in its projection rows (docs/contract.md §2), for both projection layouts. Host and device.
 #pragma once
 #include <cstdint>
 

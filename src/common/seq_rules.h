@@ -1,4 +1,4 @@
-// src/common/seq_rules.h — the per-sequence rules of SPEC.md §3 as small host/device functions,
+// src/common/seq_rules.h — the per-sequence rules of docs/contract.md §3 as small host/device functions,
 // shared by every backend so that padding, clamping and slot validity mean the same everywhere.
 #pragma once
 #include <cmath>

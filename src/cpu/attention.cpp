@@ -146,7 +146,7 @@ Status gdn_attention(const GdnAttentionArgs& a) {
                        &a.non_spec_state_indices_tensor, &a.has_initial_state, nullptr};
   const Group spec{true, a.num_spec_decodes, &a.spec_query_start_loc, &a.spec_token_indx,
                    &a.spec_state_indices_tensor, nullptr, &a.num_accepted_tokens};
-  // Everything that can fail (the scratch of both groups) before the first write (SPEC.md §5).
+  // Everything that can fail (the scratch of both groups) before the first write (docs/contract.md §5).
   GroupWork w_ns, w_sp;
   try {
     prepare_group(a, L, non_spec, &w_ns);

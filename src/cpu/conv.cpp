@@ -1,4 +1,4 @@
-// Causal depthwise conv1d over a varlen batch, CPU reference (SPEC.md §1, §3).
+// Causal depthwise conv1d over a varlen batch, CPU reference (docs/contract.md §1, §3).
 //   y_t[c] = act(bias[c] + sum_{j<W} w[c, j] * u_{t-W+1+j}[c])
 // The inputs before token 0 come from the sequence's conv window. Conv state rows are copies of
 // inputs: they are moved as raw bytes, never through float.

@@ -106,7 +106,7 @@ inline int64_t load_index1(const TensorView& v, int64_t i) {
   return load_index(v, i * v.stride[0]);
 }
 
-// Tokens of sequence i: [qsl[i], qsl[i+1]) clamped into [0, limit] (SPEC.md §3).
+// Tokens of sequence i: [qsl[i], qsl[i+1]) clamped into [0, limit] (docs/contract.md §3).
 inline rules::TokenRange sequence_tokens(const TensorView& qsl, int64_t i, int64_t limit) {
   return rules::token_range(load_index1(qsl, i), load_index1(qsl, i + 1), limit);
 }

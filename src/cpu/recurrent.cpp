@@ -1,4 +1,4 @@
-// Gated delta rule, token by token (SPEC.md §1), CPU reference. Work item: (sequence, value head).
+// Gated delta rule, token by token (docs/contract.md §1), CPU reference. Work item: (sequence, value head).
 //   S = exp(g) S;  d = beta (v - S k^);  S = S + d k^T;  o = S q^
 // Non-spec sequence: state from its slot (or zeros), final state back to it. Verify sequence:
 // state from column a-1, state after token t into column t (t < cols).

@@ -3,7 +3,7 @@
 // per channel from registers).
 //   y_t[c] = act(bias[c] + sum_{j<W} w[c, j] * u_{t-W+1+j}[c])
 // The thread reads the window into registers before it writes any row, walks the sequence's
-// tokens and writes the conv pool rows SPEC.md §3 names (raw copies of inputs: bit-exact), and y
+// tokens and writes the conv pool rows docs/contract.md §3 names (raw copies of inputs: bit-exact), and y
 // for the primitive ops.
 #pragma once
 #include "common/seq_rules.h"
@@ -13,7 +13,7 @@ namespace gdn::cuda {
 
 constexpr int kMaxW = 5;  // widest conv supported (validated)
 
-// Where a sequence's conv window (the W-1 inputs before its token 0) is read (SPEC §3): verify per
+// Where a sequence's conv window (the W-1 inputs before its token 0) is read (docs/contract.md §3): verify per
 // token, rows 0..W-2 of column a-1's slot (acc_slot); verify rolling, rows a-1..a+W-3 of column 0's
 // slot; non-spec, rows 0..W-2 of its slot.
 struct ConvWindow {

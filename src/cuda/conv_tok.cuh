@@ -1,6 +1,6 @@
 // src/cuda/conv_tok.cuh — the causal conv of gdn_attention's projections for one token, as the
 // pipelined fused step (recurrent_tma.cuh, kFused) needs it: chunks of contiguous conv channels
-// computed straight from the conv pool window and the qkvz rows (SPEC.md §3; the same operations,
+// computed straight from the conv pool window and the qkvz rows (docs/contract.md §3; the same operations,
 // in the same order, as conv_token in recurrent.cuh and the owner threads of fused_step.cuh) — by
 // the conv warp for a long sequence's first tokens, by consumer lanes for later ones (conv_qk,
 // conv_v) — and the pool rows of a sequence's channels written once every reader of the window is

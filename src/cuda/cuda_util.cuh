@@ -1,7 +1,7 @@
 // src/cuda/cuda_util.cuh — dtype conversion, index loads and error checks for the CUDA kernels.
 // A compiler pitfall for every device file: nvcc 13.0.88 compiles a device generic lambda whose body
 // has `if constexpr` on a constant taken from its `auto` parameter (decltype(tag)::value) wrongly — its
-// other instances came out as no code (bench/RESULTS.md step 73, with a reproducer). In device code,
+// other instances came out as no code. In device code,
 // select code by constant through a function template instead.
 #pragma once
 #include <cuda_bf16.h>
@@ -164,7 +164,7 @@ inline bool pdl_enabled() {
 // the state loads start as soon as the previous kernel is done. The caller guarantees that no
 // kernel that may still run when the op's kernel starts (the kernel launched right before it on
 // the stream) writes those tensors; otherwise the op may read them stale. Every other read stays
-// after the wait. README "Early metadata"; bench/RESULTS.md step 84.
+// after the wait.
 inline bool early_meta_enabled() { return env_equals("GDN_CUDA_EARLY_META", "1") && pdl_enabled(); }
 
 // One kernel launch of this backend: grid, block, dynamic shared memory, stream, programmatic

@@ -7,7 +7,7 @@
 // block's shared memory (distributed shared memory); one cluster barrier per token publishes them.
 // Each conv channel has exactly one owner thread in the cluster, which reads its window once (into
 // its slot of shared memory), slides it over the tokens and writes that channel's pool rows itself
-// (SPEC.md §3, same rows as conv_channel.cuh): no block reads what another writes, so the pool needs
+// (docs/contract.md §3, same rows as conv_channel.cuh): no block reads what another writes, so the pool needs
 // no barrier.
 // Shared q/k/v/gate buffers are double-buffered by token parity, so one barrier per token suffices.
 // Every block also copies a slice of z (all rows < num_actual_tokens, padding included).
@@ -35,7 +35,7 @@ __device__ __forceinline__ void cluster_wait() {
 }
 
 // Sequence-heads up to which the one-launch step is launched with programmatic overlap. H200,
-// bench/RESULTS.md step 85: overlap took 1-4% off at 16-96 sequence-heads, but cost 7-20% at
+// overlap took 1-4% off at 16-96 sequence-heads, but cost 7-20% at
 // 128-144 (TP1 N = 4, TP4 N = 16, 27B N = 3: bf16 12.5 vs 10.8 us) and up to 11% above (27B bf16
 // N = 8); without it from 128 on.
 #ifndef GDN_STEP_PDL_HEADS
@@ -250,7 +250,7 @@ std::optional<Status> launch_step_kernel(void (*kernel)(RecurrentParams), const 
 }
 
 // The lean lane layout (StepTraits<TS, true>) for float32 dense K = 128 state where it measured
-// faster on the H200 (bench/RESULTS.md step 95: -3 to -24% for the Qwen3-Next shapes, whose clusters
+// faster on the H200 (-3 to -24% for the Qwen3-Next shapes, whose clusters
 // are <= 8 blocks, and for 12-block clusters (Qwen3.6-27B) up to GDN_STEP_LEAN_GROUPS (sequence, key
 // head) groups; +4 to +19% above). GDN_STEP_LEAN in the environment: 0 never, 1 always (tests, A/B).
 #ifndef GDN_STEP_LEAN_GROUPS

@@ -52,7 +52,7 @@ struct StepParams {
   TokenSource src;  // conv: x in src.q with row stride src.q_rs (primitive), or the projections (fused)
   ConvRef conv;     // recurrent: fused only (read-only there)
   bool has_null = false;
-  bool conv_per_token = false;  // verify conv windows per draft slot (SPEC §3), else the rolling line
+  bool conv_per_token = false;  // verify conv windows per draft slot (docs/contract.md §3), else the rolling line
   int64_t null_id = 0;
   void* z = nullptr;  // gdn_attention only: z copy
   int64_t z_rs = 0;

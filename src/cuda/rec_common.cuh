@@ -16,7 +16,7 @@
 
 namespace gdn::cuda {
 
-// Tuning (bench/sweep.sh, H200, see bench/RESULTS.md): warps per block, lanes per state row, rows
+// Tuning (bench/sweep.sh, H200): warps per block, lanes per state row, rows
 // per lane group and resident blocks per SM the register budget must allow, for float32 and for
 // 16-bit state, and for the fused step.
 #ifndef GDN_REC_WARPS_F32
@@ -59,7 +59,7 @@ namespace gdn::cuda {
 // Small batches are latency-bound: there the plain kernel uses a shape with fewer rows per lane
 // group (more, shorter blocks) when sequences x value heads <= GDN_REC_SMALL_BATCH_F32 (float32
 // state) or GDN_REC_SMALL_BATCH (16-bit); GDN_REC_SMALL_BATCH in the environment overrides both at
-// launch (sweeps, tests). H200, bench/RESULTS.md steps 77-78: one-warp blocks of 2 rows per 16-lane
+// launch (sweeps, tests). H200, one-warp blocks of 2 rows per 16-lane
 // group, 16 resident (room for GDN_REC_TB_SMALL tokens' inputs in registers), beat the large-batch
 // shape by 8-19% at 32 sequence-heads; above 64 they lose.
 #ifndef GDN_REC_SMALL_BATCH
@@ -94,7 +94,7 @@ namespace gdn::cuda {
 #endif
 
 // Tokens staged at once by the primitive op's kernels (their inputs loaded together). 1: measured
-// best for the large-batch shape (4: verify T = 4 3% slower, bench/RESULTS.md step 17);
+// best for the large-batch shape (4: verify T = 4 3% slower);
 // GDN_REC_TB_SMALL / GDN_REC_TB_MID for the small-batch shape and the mid-batch verify form, whose
 // tokens are latency-bound.
 #ifndef GDN_REC_TB
@@ -283,7 +283,7 @@ __device__ __forceinline__ int64_t global_row(const GroupMeta& g, int64_t j, int
 // a sequence that accepted up to kNearCols + 1 tokens costs no dependent load.
 constexpr int kNearCols = 3;
 
-// One sequence's metadata (SPEC.md §3), read with independent loads (all in bounds: i < n).
+// One sequence's metadata (docs/contract.md §3), read with independent loads (all in bounds: i < n).
 struct SeqInfo {
   rules::TokenRange tr;
   int64_t slot0, read_slot, acc;

@@ -87,7 +87,7 @@ struct TokenStage {
 // as loaded (load_tokens: every load of every token issued into registers, so that the tokens
 // cost one round trip), then converted into shared memory (store_tokens). With `gates`, the last
 // four threads also load the words of A_log and dt_bias (stored to a gw[4] in shared memory), so
-// that they share that round trip instead of two of their own (bench/RESULTS.md step 88).
+// that they share that round trip instead of two of their own.
 template <typename TAct, int KP, int kThreads, int kTB>
 struct TokenRegs {
   static constexpr int kE = (KP + kThreads - 1) / kThreads;  // q and k elements per thread and token

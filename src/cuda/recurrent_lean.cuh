@@ -11,10 +11,10 @@
 //           staged form: V / 32 blocks per (sequence, value head), 32 rows each.
 // Each lane loads its own elements of q and k (vectors), the v values of its rows and a, b
 // straight into registers: no shared memory, no barrier, no dtype or index-width branches.
-// bench/RESULTS.md step 93: recurrent_kernel executed 1 071 instructions per warp against FLA's 631
+// recurrent_kernel executed 1 071 instructions per warp against FLA's 631
 // on the same launch shape; this kernel with 32 lanes per row, the rows' sums as reduce-scatters and
 // at most 20 blocks per SM (90 registers, no spills) measured 4-19% faster than the earlier choices
-// on float32 one-token batches of 32-128 and >= 512 sequence-heads; steps 94-95 its verify
+// on float32 one-token batches of 32-128 and >= 512 sequence-heads; its verify
 // instance and 16-bit batches (windows below).
 #pragma once
 #include <optional>
@@ -25,7 +25,7 @@
 
 namespace gdn::cuda {
 
-// Where the plain recurrence takes this kernel by default (H200, bench/RESULTS.md steps 93-95 and 98, the
+// Where the plain recurrence takes this kernel by default (H200, the
 // kernel forced against the other choices over the three model shapes):
 //   float32 state: verify batches of 2 or more tokens per sequence on average, at every size (-4 to
 //   -27%); one-token batches of <= GDN_REC_LEAN_MID_LO or >= GDN_REC_LEAN_MID_HI sequence-heads
@@ -62,7 +62,7 @@ namespace gdn::cuda {
 #ifndef GDN_REC_LEAN_MB
 #define GDN_REC_LEAN_MB 20
 #endif
-// 1: the rows' sums as reduce-scatters (rec_common.cuh, rows_sum / pick_row): 0 to -1.9% (step 93)
+// 1: the rows' sums as reduce-scatters (rec_common.cuh, rows_sum / pick_row): 0 to -1.9%
 #ifndef GDN_REC_LEAN_SCATTER
 #define GDN_REC_LEAN_SCATTER 1
 #endif
@@ -73,7 +73,7 @@ namespace gdn::cuda {
 #endif
 // Resident blocks per SM (__launch_bounds__) of each instance: one-token (MB, MB_16) and verify
 // (MB_SPEC, MB_16_SPEC) instances, each in a base and a "more" form (more blocks, fewer registers).
-// H200, bench/RESULTS.md steps 100-101: the 16-bit instances at 20 blocks instead of 32 (64
+// H200, the 16-bit instances at 20 blocks instead of 32 (64
 // registers and 80-96 B of spills): -9 to -20% up to 128 sequence-heads (TP1 N = 1 bf16 decode
 // 3.6 -> 3.2 µs, verify T = 4 7.7 -> 6.2); the more form (24 blocks, 80 registers) against the base
 // form, both forced, per batch size in blocks (a wave: 20 blocks per SM times the SMs, 2640):
@@ -84,7 +84,7 @@ namespace gdn::cuda {
 //   1-10 waves (more than one, at most ten)  verify -1 to -22% (27B N = 4 T = 4 f32 23.0 -> 18.5),
 //                                            float32 one-token -1 to -5%, 16-bit one-token +5%
 //   > 10 waves  +0.3 to +1.8%
-// 28 blocks (72 registers, spills) measured slower everywhere (step 100).
+// 28 blocks (72 registers, spills) measured slower everywhere.
 #ifndef GDN_REC_LEAN_MB_16
 #define GDN_REC_LEAN_MB_16 20
 #endif
@@ -113,7 +113,7 @@ namespace gdn::cuda {
 // kStaged (16-bit state): the block's GDN_REC_STAGE_ROWS rows of state copied into shared memory
 // with cp.async at its start (the bytes in flight held by no register), then GDN_REC_STAGE_R rows
 // per lane at a time from there (32 rows, 4 per lane, 20 blocks per SM: 96 registers, 24 B of
-// spills, 8 KB in flight per block). H200 (bench/RESULTS.md step 98, against the pipelined kernel
+// spills, 8 KB in flight per block). H200 (against the pipelined kernel
 // that took these batches): one-token batches of >= GDN_REC_STAGED_MIN sequence-heads -1.4 to -4.4%
 // (bf16 decode TP1 N = 64 43.2 -> 42.3 µs); 512-1536 sequence-heads +1.7 to +6.9%, verify batches
 // +0.3 to +140%. 16 rows per block at 32 blocks (4 KB each, 40 B of spills) measured -0.3 to +3.1%
@@ -153,7 +153,7 @@ struct LeanTraits {
   static_assert(!kStaged || (!kWide && kPasses * kRowsPerLane * kGroups == kRows), "staged: 16-bit, whole passes");
 };
 
-// kSpec: every sequence of the launch is a verify one (SPEC.md §3: the state read from column
+// kSpec: every sequence of the launch is a verify one (docs/contract.md §3: the state read from column
 // acc - 1's slot, stored after token t into column t's slot when t < cols and the slot is usable;
 // columns below kLeanCols come with the metadata, later ones are loaded when used: column 0 and
 // the kNearCols after it, as resolve_seq does for the general kernels).

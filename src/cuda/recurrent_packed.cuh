@@ -6,7 +6,7 @@
 // and recomputes exp(g) S from them in both passes of the token (recur_token's float operations,
 // in its order): 12 rows per warp instead of 8 in the same registers. A longer sequence converts
 // the rows in two halves and runs recur_token on each half in turn (float32 rows across tokens,
-// SPEC.md §2). Used where no verify group has more than one column (GDN_REC_PACKED 2): verify
+// docs/contract.md §2). Used where no verify group has more than one column (GDN_REC_PACKED 2): verify
 // batches measured faster in recurrent_kernel.
 #pragma once
 #include "cuda/rec_common.cuh"
@@ -22,7 +22,7 @@ namespace gdn::cuda {
 #ifndef GDN_REC_MB_P
 #define GDN_REC_MB_P 32
 #endif
-// Rows per lane group: 6 measured best for decode (bench/RESULTS.md step 16; 8 spills).
+// Rows per lane group: 6 measured best for decode (8 spills).
 // GDN_REC_PACKED 1: 16-bit dense state at large batch always goes through the packed kernel; 2: only
 // when no verify group has more than one column; 0: never.
 #ifndef GDN_REC_PACKED
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
     }
     const int64_t row = global_row(g, tr.begin, g.limit);
     // The token's inputs and the gate words requested beside the rows (rec_tokens.cuh; one round
-    // trip instead of A_log, dt_bias, then the inputs: bench/RESULTS.md step 88).
+    // trip instead of A_log, dt_bias, then the inputs).
     const auto tok =
         load_tokens<TAct, KP, kRows, kThreads, GDN_REC_TB>(p, g, tr, 0, 1, h, hv, blockIdx.x * kRows, tid, true);
     if (si.pad) {

@@ -20,7 +20,7 @@
 // every token of the sequence (the first token's k^, q^ and gates computed once per item; tokens past
 // kTok read straight from global memory), stores o and the states from registers, and frees the
 // stage (all 32 lanes arrive on its empty barrier); float32 verify states leave through the stage's
-// tile by bulk stores instead (GDN_TMA_BULK_STORE). Float32 across tokens (SPEC.md §2); the same
+// tile by bulk stores instead (GDN_TMA_BULK_STORE). Float32 across tokens (docs/contract.md §2); the same
 // operations as recur_token.
 // kFused: gdn_attention's whole step (conv + gates + norms + recurrence + conv pool + z) in the same
 // pipeline. Items are then ordered (sequence, key head, value head, row tile) and a block takes
@@ -33,14 +33,14 @@
 // output is rounded to it anyway; a ring of kGroupBufs, each freed by a barrier every item of its
 // group arrives on) and writes their conv pool rows: it is the windows' only reader, since tokens
 // past kTok take no window tap. Its own warp, so that neither the producer's copies nor the
-// consumers wait for the conv's round trips (when the producer computed it, steps 35-39 in
-// bench/RESULTS.md, it delayed the copies). From a consumer's first item of a sequence longer than
+// consumers wait for the conv's round trips (when the producer computed it, it delayed the
+// copies). From a consumer's first item of a sequence longer than
 // kTok on, an out-of-line copy of its loop (tma_consume_long) takes its items: it computes the later
 // tokens' conv from the qkvz rows (conv_tok.cuh). Consumer warps copy z first. One-token batches
 // whose blocks hold at most kGroupBufs groups start with a conv prologue instead (tma_conv.cuh:
 // every group of the block convolved by all warps but the producer, which issues only its first
 // copies meanwhile; the conv warp then copies z), and every fused block takes each group's items
-// rotated by its index (TmaGrid::rot; bench/RESULTS.md steps 54-59). The host side is in
+// rotated by its index (TmaGrid::rot). The host side is in
 // tma_launch.cuh.
 #pragma once
 #include "cuda/tma_conv.cuh"
@@ -190,7 +190,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
     // of one token): all of the item's rows at once, each row read from the stage twice (for S k^,
     // then for the update and o) instead of held in registers, so that the 8 rows of a lane group
     // are in flight together without spills (the 2 x 4-row passes below are latency-bound; 8 rows
-    // held in registers spill: bench/RESULTS.md step 61). The operations of recur_rows, in its order.
+    // held in registers spill). The operations of recur_rows, in its order.
     // v: from the stage, or (fused) the group buffer.
     if constexpr ((kFused || kTok == 1) && sizeof(TS) == 2) {
       if (tg.sweep && !(flags & kTmaPad) && (flags & kTmaInit) && tr.len == 1) {

@@ -91,11 +91,10 @@ __device__ __forceinline__ void group_conv_chunk(const RecurrentParams& p, const
 // lane, lane + 32, ...: every input of a chunk requested at once (group_conv.cuh), then its conv
 // outputs into the group buffer and its new pool rows from the same registers. kW = 4 (the common
 // layout, TmaGrid::conv_w4): the width is a constant, so no predicated taps and a shorter
-// instruction stream (bench/RESULTS.md step 49: the conv warp's code misses the instruction cache
+// instruction stream (the conv warp's code misses the instruction cache
 // under the state stream).
 // kT: the tokens the code handles (kTok, or 1 for a group of a one-token sequence: fewer loads and
-// branches, and a shorter instruction stream — the prologue runs cold from the instruction cache:
-// bench/RESULTS.md steps 71-72).
+// branches, and a shorter instruction stream — the prologue runs cold from the instruction cache).
 template <typename TAct, int KP, int kTok, int kW, int kT = kTok, bool kPT = false>
 __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf,
                                                  int lane) {
@@ -182,7 +181,7 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
 // Fused, one conv warp (TmaGrid::pre > 0): the conv of the block's first groups (at most tg.pre,
 // up to the first sequence longer than kTok) by every warp but the producer, which issues only its
 // first tg.early state copies meanwhile, so that the conv's loads do not queue behind the ring fill
-// and the consumers' first items do not wait for a lone conv warp (bench/RESULTS.md steps 54-59).
+// and the consumers' first items do not wait for a lone conv warp.
 // The conv warp resolves the groups' first items into `scratch` (the ring's last stage, which those
 // first copies do not reach), then the threads take (group, chunk) pairs; the conv warp then marks
 // the groups' buffers written (gready). Returns how many groups it did: the conv warp goes on from

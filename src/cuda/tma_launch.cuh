@@ -76,7 +76,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
     }
     if constexpr (kFused) {
       // The fused step shares whole (sequence, key head) groups among its blocks: from
-      // GDN_TMA_MIN_GROUPS_FUSED* groups on (tma_layout.cuh; bench/RESULTS.md steps 42 and 97).
+      // GDN_TMA_MIN_GROUPS_FUSED* groups on (tma_layout.cuh).
       const int64_t min_groups = !multi_token(p, nseq) ? GDN_TMA_MIN_GROUPS_FUSED_1
                                  : sizeof(TS) == 2      ? GDN_TMA_MIN_GROUPS_FUSED_16
                                                         : GDN_TMA_MIN_GROUPS_FUSED;
@@ -122,7 +122,7 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       if constexpr (kFused) {
         // The conv prologue (every group of the block convolved before most copies start): where it
-        // measured faster (bench/RESULTS.md steps 54-56: one-token sequences, every group of a block
+        // measured faster (one-token sequences, every group of a block
         // in the prologue); GDN_TMA_CONV_PRE=1 in the environment: always, 0: never (tests, A/B runs).
         const bool pre_on = env_equals("GDN_TMA_CONV_PRE", "1"),
                    pre_off = env_equals("GDN_TMA_CONV_PRE", "0") || !GDN_TMA_CONV_PRE || Lay::kConvWarps != 1;

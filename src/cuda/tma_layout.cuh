@@ -20,15 +20,14 @@ namespace gdn::cuda {
 #define GDN_TMA_SMEM_KB 108
 #endif
 // The same for the fused step (group buffers + stages; GDN_TMA_SMEM_KB_FUSED in the environment
-// overrides it, for tuning): a shallower ring than the primitive op's measured 3-6% faster
-// (bench/RESULTS.md step 46).
+// overrides it, for tuning): a shallower ring than the primitive op's measured 3-6% faster.
 #ifndef GDN_TMA_SMEM_KB_FUSED
 #define GDN_TMA_SMEM_KB_FUSED 80
 #endif
 #ifndef GDN_TMA_MB  // resident blocks per SM the register budget must allow
 #define GDN_TMA_MB 2
 #endif
-// Smaller batches (sequences x value heads) keep the latency-bound kernels. H200 (bench/RESULTS.md):
+// Smaller batches (sequences x value heads) keep the latency-bound kernels. H200:
 // float32 state gains from 128 on; 16-bit state lost at 128 and 192 (6.8 vs 7.8 µs, 8.0 vs 8.9) and
 // gained at 512 (17.1 vs 15.4).
 #ifndef GDN_TMA_MIN_SEQHEADS_F32
@@ -36,7 +35,7 @@ namespace gdn::cuda {
 #endif
 // Float32 verify batches (2 or more tokens per sequence on average) from GDN_TMA_F32_VERIFY_REG_LO up
 // to (not including) _HI sequence-heads stay on the register kernel, which measured 1.6-5% faster
-// there (bench/RESULTS.md steps 87 and 92); GDN_TMA_F32_VERIFY_REG=0 in the environment: off.
+// there; GDN_TMA_F32_VERIFY_REG=0 in the environment: off.
 #ifndef GDN_TMA_F32_VERIFY_REG_LO
 #define GDN_TMA_F32_VERIFY_REG_LO 512
 #endif
@@ -47,7 +46,7 @@ namespace gdn::cuda {
 #define GDN_TMA_MIN_SEQHEADS_16 384
 #endif
 // gdn_attention's step: from how many (sequence, key head) groups the pipelined step runs instead of
-// the cluster kernel (fused_step.cuh). H200 (bench/RESULTS.md steps 42, 97 and 98, both forced at
+// the cluster kernel (fused_step.cuh). H200 (both forced at
 // 64-128 groups and 256): one-token batches from 96 groups (float32 -6 to -16%, 16-bit -4 to -37%;
 // at 80: +1 to +32% for float32, 16-bit +4 to +5% but -26% for Qwen3.6-27B's 12-block clusters);
 // 16-bit verify batches from 128 (-5 to -15%; at 112: -3% to +25%); float32 verify batches from 192
@@ -71,7 +70,7 @@ namespace gdn::cuda {
 __device__ int g_tma_launches;
 // The cycle counter read by a volatile asm, in program order with the barriers' and mbarriers' asm.
 // A read right after a named-barrier bar.sync can still come before the barrier's release (the
-// warp blocks later): bench/RESULTS.md step 69.
+// warp blocks later).
 __device__ __forceinline__ long long prof_clock() {
   long long t;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
@@ -84,7 +83,7 @@ __device__ __forceinline__ long long prof_clock() {
 #define TMA_ADD(acc, t0)
 #endif
 // States leave through a bulk store of the stage's tile (instead of the lanes' stores): 0 never,
-// 1 always, 2 verify tokens' states of float32 state. H200 (bench/RESULTS.md step 37): float32
+// 1 always, 2 verify tokens' states of float32 state. H200: float32
 // verify T = 4 N = 256 -4%, float32 decode +2%, 16-bit state slower in every case.
 #ifndef GDN_TMA_BULK_STORE
 #define GDN_TMA_BULK_STORE 2
@@ -109,7 +108,7 @@ __device__ __forceinline__ long long prof_clock() {
 #endif
 // Rows per lane of a pass in the primitive op's multi-token (verify) items, 16-bit and float32
 // state (else 4): 8 holds a 16-bit item's 16 rows in one pass, twice the independent work per
-// token. H200 (bench/RESULTS.md steps 61-62): 16-bit verify T = 3 and 4 -3 to -10%; decode (+35%)
+// token. H200: 16-bit verify T = 3 and 4 -3 to -10%; decode (+35%)
 // and the fused step's decode (+2 to +4%) were slower with it, so they keep 4; float32 verify at 8:
 // -1.6% at N = 64, +0.5 to +1.5% at N = 256 (kept at 4).
 #ifndef GDN_TMA_RPL_VERIFY_16

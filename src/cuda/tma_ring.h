@@ -11,8 +11,8 @@ namespace gdn::cuda {
 // is for the phase right after the one it consumed itself. With another count, the stage's
 // previous item (another consumer's) may still be in flight when this consumer tests the barrier
 // — bulk copies land out of order — and the unfinished phase's parity reads as complete: the
-// consumer takes a stale stage and the ring hangs (H200, eighth session: 9, 11 and 16 stages for 6
-// consumers; bench/RESULTS.md step 46). 0 or fewer than 2 per consumer: the caller does not launch.
+// consumer takes a stale stage and the ring hangs (H200: 9, 11 and 16 stages for 6
+// consumers). 0 or fewer than 2 per consumer: the caller does not launch.
 constexpr int tma_ring_stages(int smem_bytes, int head_bytes, int stage_bytes, int consumers, int max_stages) {
   if (consumers <= 0 || stage_bytes <= 0 || smem_bytes <= head_bytes) return 0;
   int stages = (smem_bytes - head_bytes) / stage_bytes;

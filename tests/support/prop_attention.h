@@ -1,6 +1,6 @@
 // tests/support/prop_attention.h — gdn_attention problems for the property tests: a batch as a
 // list of sequences (kind, global rows, slots), the metadata built from it, the projection
-// layouts of SPEC.md §2, and gdn_attention recomposed from the primitive ops. Test code only.
+// layouts of docs/contract.md §2, and gdn_attention recomposed from the primitive ops. Test code only.
 #pragma once
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-// tests/support/prop_rules.h — the state-movement rules of SPEC.md §3 (and the lead's decisions on
+// tests/support/prop_rules.h — the state-movement rules of docs/contract.md §3 (and the contract's rules on
 // invalid slots and clamping), written independently of the library, and a checker that classifies
 // every element of a buffer as untouched / written / zero / exactly known. Test code only.
 #pragma once

@@ -1,12 +1,11 @@
 // tools/capture/case.h — load one golden/capture case, run it on a backend, compare to the file.
 //
-// A case file (safetensors, see /work/shared/golden/README.md) holds `in.<arg>` tensors, expected
+// A case file (safetensors, see tests/data/golden/README.md) holds `in.<arg>` tensors, expected
 // `out.<name>` (storage dtype) and `out.<name>_f64` values, and `params` with `op` and the scalar
 // arguments. run_case builds the op's argument struct from working copies of the inputs, fills
 // the outputs (y / o / core_attn_out / z) with the caller's fill value, runs the op through
 // runner.h and checks every output:
-//   * y, o, core_attn_out: rel. L2 error over the rows the op writes (from the metadata, SPEC §3
-//     and the lead's rules) against out.<name>_f64 (else out.<name>); tolerance from the golden
+//   * y, o, core_attn_out: rel. L2 error over the rows the op writes (from the metadata, docs/contract.md §3) against out.<name>_f64 (else out.<name>); tolerance from the golden
 //     README (activations f32: 1e-5, bf16/fp16: 1e-2). Rows the op never writes (past the last
 //     sequence, core_attn_out/z rows >= num_actual_tokens) must still hold the fill, bit for bit.
 //   * conv_state and z: bit-exact against out.<name> (z: rows < num_actual_tokens).
@@ -36,7 +35,7 @@ struct GoldenCase {
 struct RunOptions {
   // Written into every output element before the call (converted to the output dtype).
   double fill = std::numeric_limits<double>::quiet_NaN();
-  // Extra elements between slots of the working conv/ssm pools (a strided pool, SPEC §2); the
+  // Extra elements between slots of the working conv/ssm pools (a strided pool, docs/contract.md §2); the
   // padding is filled with a byte pattern that must survive the call.
   int64_t pool_slot_pad = 0;
 };

@@ -1,5 +1,5 @@
-// tools/capture/check.h — pieces of case.cpp: element access, the write sets that SPEC §3 and the
-// lead's rules define, and the per-output comparisons. Internal to tools/capture.
+// tools/capture/check.h — pieces of case.cpp: element access, the write sets that docs/contract.md §3
+// defines, and the per-output comparisons. Internal to tools/capture.
 #pragma once
 #include <cstdint>
 #include <optional>
