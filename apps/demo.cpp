@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "demo_report.h"
-#include "demo_run.h"
+#include "demo/report.h"
+#include "demo/run.h"
 
 namespace gdn::cli {
 namespace {

@@ -8,10 +8,10 @@
 #include <numeric>
 #include <string>
 
-#include "demo_batch.h"
-#include "demo_drafts.h"
-#include "demo_report.h"
-#include "demo_run.h"
+#include "demo/batch.h"
+#include "demo/drafts.h"
+#include "demo/report.h"
+#include "demo/run.h"
 
 namespace gdn::demo {
 namespace {

@@ -1,11 +1,11 @@
 // Summary table, JSON and progress line of the demo.
-#include "demo_report.h"
+#include "demo/report.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
-#include "demo_math.h"
+#include "demo/math.h"
 
 namespace gdn::demo {
 namespace {

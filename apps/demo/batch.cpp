@@ -1,5 +1,5 @@
-// Schedule -> gdn_attention metadata, and the slot pool (see demo_batch.h).
-#include "demo_batch.h"
+// Schedule -> gdn_attention metadata, and the slot pool (see batch.h).
+#include "demo/batch.h"
 
 #include <algorithm>
 

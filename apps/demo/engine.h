@@ -1,4 +1,4 @@
-// demo_engine.h — a continuous-batching engine in miniature, driving gdn_attention the way a
+// apps/demo/engine.h — a continuous-batching engine in miniature, driving gdn_attention the way a
 // serving engine does.
 //
 // Each step: requests that have arrived are admitted while the slot pool has a block-table row
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "demo_drafts.h"
+#include "demo/drafts.h"
 
 namespace gdn::demo {
 

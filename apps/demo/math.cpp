@@ -1,6 +1,6 @@
 // Host kernels of the demo model. matmul splits output columns over a small persistent pool of
 // threads; every element is still accumulated in k order, so the split never changes a result.
-#include "demo_math.h"
+#include "demo/math.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// demo_drafts.h — the two draft proposers: an n-gram (prompt-lookup) proposer and a draft model.
+// apps/demo/drafts.h — the two draft proposers: an n-gram (prompt-lookup) proposer and a draft model.
 //
 // The draft model is the target with perturbed weights and its own pools. It keeps its state the
 // way the target does: every engine step it runs the same items as the target (prefill pieces,
@@ -11,7 +11,7 @@
 #include <map>
 #include <vector>
 
-#include "demo_batch.h"
+#include "demo/batch.h"
 
 namespace gdn::demo {
 

@@ -1,4 +1,4 @@
-// demo_run.h — the whole demo: a speculative engine and a plain greedy engine run side by side on
+// apps/demo/run.h — the whole demo: a speculative engine and a plain greedy engine run side by side on
 // the same requests and the same target model; every generated token is compared as soon as both
 // engines have it. Any difference is a lossless failure, reported with the request, the step and
 // the position.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "demo_engine.h"
+#include "demo/engine.h"
 
 namespace gdn::demo {
 

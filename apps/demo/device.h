@@ -1,4 +1,4 @@
-// demo_device.h — memory for the demo on the host or on a CUDA device.
+// apps/demo/device.h — memory for the demo on the host or on a CUDA device.
 //
 // With --device cuda the pools, the layer constants (conv weights, A_log, dt_bias), the
 // projections and the metadata live on the GPU and gdn_attention runs there; the dense matmuls of

@@ -1,5 +1,5 @@
 // Demo model configuration, seeded weights, draft perturbation and safetensors I/O.
-#include "demo_model.h"
+#include "demo/model.h"
 
 #include <cmath>
 #include <cstring>

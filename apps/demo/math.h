@@ -1,4 +1,4 @@
-// demo_math.h — the few dense kernels the demo model needs around gdn_attention, on the host.
+// apps/demo/math.h — the few dense kernels the demo model needs around gdn_attention, on the host.
 //
 // Every kernel computes each row on its own, in a fixed order: a row's result does not depend on
 // how many rows are in the batch, where the row sits, or how the work is split over threads. The

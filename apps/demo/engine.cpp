@@ -1,10 +1,10 @@
 // The demo engine: admission, proposals, scheduling, one forward per step, greedy acceptance.
-#include "demo_engine.h"
+#include "demo/engine.h"
 
 #include <algorithm>
 #include <chrono>
 
-#include "demo_math.h"
+#include "demo/math.h"
 
 namespace gdn::demo {
 namespace {

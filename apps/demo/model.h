@@ -1,4 +1,4 @@
-// demo_model.h — the demo's language model: embedding -> L Gated DeltaNet layers -> LM head.
+// apps/demo/model.h — the demo's language model: embedding -> L Gated DeltaNet layers -> LM head.
 //
 // One layer, per token (Qwen3-Next's linear-attention block, without its MLP):
 //   x = rms_norm(h) * input_norm

@@ -1,11 +1,11 @@
-// The demo model's forward pass over one mixed batch (see demo_runner.h and demo_model.h).
-#include "demo_runner.h"
+// The demo model's forward pass over one mixed batch (see runner.h and model.h).
+#include "demo/runner.h"
 
 #include <chrono>
 #include <cmath>
 #include <cstring>
 
-#include "demo_math.h"
+#include "demo/math.h"
 
 namespace gdn::demo {
 namespace {

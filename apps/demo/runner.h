@@ -1,4 +1,4 @@
-// demo_runner.h — runs the demo model over one mixed batch: one gdn_attention call per layer.
+// apps/demo/runner.h — runs the demo model over one mixed batch: one gdn_attention call per layer.
 //
 // A Batch is exactly the metadata a serving engine hands to gdn_attention (vLLM's GDN attention
 // metadata): global token rows, the non-speculative group (prefills, chunked-prefill pieces, plain
@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "demo_device.h"
-#include "demo_model.h"
+#include "demo/device.h"
+#include "demo/model.h"
 
 namespace gdn::demo {
 

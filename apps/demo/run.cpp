@@ -1,10 +1,10 @@
 // The demo driver: requests, the two engines in lockstep, the token-by-token comparison.
-#include "demo_run.h"
+#include "demo/run.h"
 
 #include <algorithm>
 #include <thread>
 
-#include "demo_math.h"
+#include "demo/math.h"
 
 namespace gdn::demo {
 namespace {

@@ -1,10 +1,10 @@
-// The n-gram proposer and the draft model (see demo_drafts.h).
-#include "demo_drafts.h"
+// The n-gram proposer and the draft model (see drafts.h).
+#include "demo/drafts.h"
 
 #include <algorithm>
 #include <chrono>
 
-#include "demo_math.h"
+#include "demo/math.h"
 
 namespace gdn::demo {
 

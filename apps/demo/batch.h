@@ -1,4 +1,4 @@
-// demo_batch.h — from an engine's schedule to gdn_attention metadata, and the slot pool.
+// apps/demo/batch.h — from an engine's schedule to gdn_attention metadata, and the slot pool.
 //
 // State bookkeeping (docs/contract.md §3), the way the engine keeps it for each request with block-table
 // row slots[0..cols-1]:
@@ -17,7 +17,7 @@
 #include <functional>
 #include <vector>
 
-#include "demo_runner.h"
+#include "demo/runner.h"
 
 namespace gdn::demo {
 

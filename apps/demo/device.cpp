@@ -1,5 +1,5 @@
 // Host or CUDA byte buffers for the demo (cudaMalloc/cudaMemcpy in CUDA builds only).
-#include "demo_device.h"
+#include "demo/device.h"
 
 #include <cstdlib>
 #include <cstring>

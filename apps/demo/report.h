@@ -1,10 +1,10 @@
-// demo_report.h — the demo's summary table, its JSON form and the progress bar line.
+// apps/demo/report.h — the demo's summary table, its JSON form and the progress bar line.
 #pragma once
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "demo_run.h"
+#include "demo/run.h"
 
 namespace gdn::demo {
 
