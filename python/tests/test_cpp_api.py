@@ -1,6 +1,6 @@
 """The torch ops give the C++ API's results bit for bit.
 
-bindings/torch/api_harness.cpp runs each golden case through gdn/ops.h (tools/capture/runner.h)
+tests/harness/torch_api_harness.cpp runs each golden case through gdn/ops.h (tools/capture/runner.h)
 with zero-filled outputs and writes every tensor after the call; the same call through
 torch.ops.gdn must produce identical bytes in every output and pool. This shows that the binding
 hands the core every tensor, stride, optional and default unchanged.
