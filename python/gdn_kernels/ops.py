@@ -121,12 +121,6 @@ def causal_conv1d_update(
         spec_layout: ``"rolling"`` or ``"per_token"`` (verify only).
         activation: ``"silu"`` or ``"identity"``.
         null_block_id: a slot id treated as padding, or None.
-        spec_conv_layout: where verify sequences keep their conv windows. ``"per_token"`` (the
-            default, vllm-xpu-kernels' layout): the window is rows ``0..W-2`` of the slot of column
-            ``a - 1`` (``a = num_accepted_tokens[i]``), and after token ``t`` rows ``0..W-2`` of
-            column ``t``'s slot hold the last ``W - 1`` inputs. ``"rolling"`` (vLLM's CUDA path,
-            FLA): one line in column 0's slot, window rows ``a-1..a+W-3``, afterwards rows
-            ``0..W-3+T`` hold ``[old rows a..a+W-3, u_0, ..., u_{T-1}]``.
         out: ``[T, D]`` buffer for ``y``, or None to allocate one.
 
     Returns:
@@ -191,12 +185,6 @@ def gated_delta_rule_recurrent(
         scale: the query scale, or None for ``K ** -0.5``.
         state_layout: ``"vk"`` or ``"kv"``.
         null_block_id: a slot id treated as padding, or None.
-        spec_conv_layout: where verify sequences keep their conv windows. ``"per_token"`` (the
-            default, vllm-xpu-kernels' layout): the window is rows ``0..W-2`` of the slot of column
-            ``a - 1`` (``a = num_accepted_tokens[i]``), and after token ``t`` rows ``0..W-2`` of
-            column ``t``'s slot hold the last ``W - 1`` inputs. ``"rolling"`` (vLLM's CUDA path,
-            FLA): one line in column 0's slot, window rows ``a-1..a+W-3``, afterwards rows
-            ``0..W-3+T`` hold ``[old rows a..a+W-3, u_0, ..., u_{T-1}]``.
         out: ``[T, HV, V]`` buffer for ``o`` (dtype of ``q``), or None to allocate one.
 
     Returns:
