@@ -14,6 +14,7 @@ using validate_detail::check_slots_pair;
 using validate_detail::index_dtype;
 using validate_detail::kAnySize;
 using validate_detail::Presence;
+using validate_detail::like_q_or_float32;
 using validate_detail::same_dtype_as;
 using validate_detail::Validator;
 
@@ -69,10 +70,17 @@ Status check_gated_delta_rule(const char* op, const GatedDeltaRuleArgs& a, bool 
     return v.fail("num_v_heads (HV = v dim 1) must be a multiple of num_k_heads (H = q dim 1), got HV = " +
                   std::to_string(HV) + ", H = " + std::to_string(H));
   }
-  GDN_RETURN_IF_ERROR(v.tensor("a", a.a, like_q, {{"T", T}, {"HV", HV}}));
-  GDN_RETURN_IF_ERROR(v.tensor("b", a.b, like_q, {{"T", T}, {"HV", HV}}));
-  GDN_RETURN_IF_ERROR(v.tensor("A_log", a.A_log, any_float_dtype(), {{"HV", HV}}));
-  GDN_RETURN_IF_ERROR(v.tensor("dt_bias", a.dt_bias, any_float_dtype(), {{"HV", HV}}));
+  const auto gate_dtype = like_q_or_float32("q", a.q);
+  GDN_RETURN_IF_ERROR(v.tensor("a", a.a, gate_dtype, {{"T", T}, {"HV", HV}}));
+  GDN_RETURN_IF_ERROR(v.tensor("b", a.b, gate_dtype, {{"T", T}, {"HV", HV}}));
+  // A_log and dt_bias: the decay computed from a (both), or a is the log-space decay (neither).
+  if (a.A_log.present() != a.dt_bias.present()) {
+    return v.fail(std::string("A_log and dt_bias must be given together (the decay computed from a) or both absent "
+                              "(a is the log-space decay), got A_log ") + a.A_log.describe() + ", dt_bias " +
+                  a.dt_bias.describe());
+  }
+  GDN_RETURN_IF_ERROR(v.tensor("A_log", a.A_log, any_float_dtype(), {{"HV", HV}}, Presence::kOptional));
+  GDN_RETURN_IF_ERROR(v.tensor("dt_bias", a.dt_bias, any_float_dtype(), {{"HV", HV}}, Presence::kOptional));
   if (a.state_layout == StateLayout::kVK) {
     GDN_RETURN_IF_ERROR(v.tensor("ssm_state (state_layout vk)", a.ssm_state, activation_dtype(),
                                  {{"num_slots", kAnySize}, {"HV", HV}, {"V", V}, {"K", K}}));

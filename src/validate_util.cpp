@@ -36,6 +36,7 @@ bool DTypeRule::accepts(DType t) const {
     case kBool: return t == DType::kBool;
     case kFloat32: return t == DType::kFloat32;
     case kSameAs: return t == same;
+    case kSameOrFloat32: return t == same || t == DType::kFloat32;
   }
   return false;
 }
@@ -48,12 +49,15 @@ std::string DTypeRule::text() const {
     case kBool: return "bool";
     case kFloat32: return "float32";
     case kSameAs: return dtype_name(same);
+    case kSameOrFloat32: return same == DType::kFloat32 ? "float32" : std::string(dtype_name(same)) + " or float32";
   }
   return "?";
 }
 
 std::string DTypeRule::note() const {
-  return kind == kSameAs ? std::string(" (the dtype of ") + same_name + ")" : std::string();
+  if (kind == kSameAs) return std::string(" (the dtype of ") + same_name + ")";
+  if (kind == kSameOrFloat32) return std::string(" (the dtype of ") + same_name + ", or float32)";
+  return std::string();
 }
 
 std::string describe_view(const TensorView& t, bool with_device) {

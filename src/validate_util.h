@@ -28,7 +28,7 @@ struct Dim {
 
 // The dtypes one argument accepts.
 struct DTypeRule {
-  enum Kind { kActivation, kAnyFloat, kIndex, kBool, kFloat32, kSameAs };
+  enum Kind { kActivation, kAnyFloat, kIndex, kBool, kFloat32, kSameAs, kSameOrFloat32 };
   Kind kind;
   DType same = DType::kFloat32;  // kSameAs: the dtype of `same_name`
   const char* same_name = nullptr;
@@ -45,6 +45,9 @@ inline DTypeRule bool_dtype() { return {DTypeRule::kBool}; }
 inline DTypeRule float32_dtype() { return {DTypeRule::kFloat32}; }
 inline DTypeRule same_dtype_as(const char* name, const TensorView& t) {
   return {DTypeRule::kSameAs, t.dtype, name};
+}
+inline DTypeRule like_q_or_float32(const char* name, const TensorView& t) {
+  return {DTypeRule::kSameOrFloat32, t.dtype, name};
 }
 
 enum class Presence { kRequired, kOptional };

@@ -340,7 +340,29 @@ TEST(ValidateGatedDeltaRule, ActivationDtypesDiffer) {
   GdrCase c;
   GDN_ASSERT_VALID(c);
   c.args.b.dtype = DType::kBFloat16;
-  expect_rejected(c, {"b must be float32 [T, HV] = [5, 4] (the dtype of q)", "got bfloat16 [5, 4]"});
+  expect_rejected(c, {"b must be float32 [T, HV] = [5, 4] (the dtype of q, or float32)", "got bfloat16 [5, 4]"});
+  GdrCase d;  // bf16 activations: gate inputs in bf16 or float32 (FLA's float32 log-space decay)
+  for (TensorView* t : {&d.args.q, &d.args.k, &d.args.v, &d.args.o}) t->dtype = DType::kBFloat16;
+  d.args.a.dtype = DType::kFloat32;
+  d.args.b.dtype = DType::kBFloat16;
+  GDN_ASSERT_VALID(d);
+  d.args.a.dtype = DType::kFloat16;
+  expect_rejected(d, {"a must be bfloat16 or float32 [T, HV] = [5, 4] (the dtype of q, or float32)", "got float16 [5, 4]"});
+}
+
+// The decay computed from a (A_log and dt_bias) or a as the log-space decay (neither); one alone
+// is an error.
+TEST(ValidateGatedDeltaRule, ALogAndDtBiasTogether) {
+  GdrCase c;
+  c.args.A_log = TensorView{};
+  c.args.dt_bias = TensorView{};
+  GDN_ASSERT_VALID(c);
+  GdrCase d;
+  d.args.dt_bias = TensorView{};
+  expect_rejected(d, {"A_log and dt_bias must be given together", "or both absent", "got A_log float32 [4], dt_bias absent"});
+  GdrCase e;
+  e.args.A_log = TensorView{};
+  expect_rejected(e, {"A_log and dt_bias must be given together", "got A_log absent, dt_bias float32 [4]"});
 }
 
 TEST(ValidateGatedDeltaRule, HeadsNotDivisible) {

@@ -62,12 +62,17 @@ struct CausalConv1dUpdateArgs {
 
 // 3./4. Gated delta rule. The same struct serves the recurrent op (decode, verify, short
 // non-spec sequences) and the chunked op (non-spec only: num_accepted_tokens must be absent).
+// The gates, per token and value head, come in two forms for each of the two (FLA's conventions):
+//   decay: with A_log and dt_bias, a is the raw input, g = -exp(A_log) softplus(a + dt_bias);
+//          without both, a is the log-space decay g itself;
+//   write strength: beta_sigmoid, b is the raw logit, beta = sigmoid(b); else b is beta itself.
+// qk_l2norm false: q and k are used as given (q^ = q scale, k^ = k).
 struct GatedDeltaRuleArgs {
   TensorView q, k;                 // [T, H, K]
   TensorView v;                    // [T, HV, V]
-  TensorView a, b;                 // [T, HV] raw gate inputs
-  TensorView A_log;                // [HV] any float dtype (gates computed in float32)
-  TensorView dt_bias;              // [HV] any float dtype
+  TensorView a, b;                 // [T, HV] gate inputs (see above), dtype of q or float32
+  TensorView A_log;                // [HV] any float dtype, or absent (a is then the log-space decay)
+  TensorView dt_bias;              // [HV] any float dtype; present exactly when A_log is
   TensorView ssm_state;            // [num_slots, HV, V, K] (vk) or [num_slots, HV, K, V] (kv)
   TensorView query_start_loc;      // [n+1]
   TensorView state_indices;        // [n] or [n, cols]
@@ -77,6 +82,8 @@ struct GatedDeltaRuleArgs {
   StateLayout state_layout = StateLayout::kVK;
   std::optional<double> scale;     // default K^-1/2
   std::optional<int64_t> null_block_id;
+  bool qk_l2norm = true;           // q^ = q / |q| scale, k^ = k / |k| (eps 1e-6)
+  bool beta_sigmoid = true;        // beta = sigmoid(b)
 };
 using GatedDeltaRuleRecurrentArgs = GatedDeltaRuleArgs;
 using GatedDeltaRuleChunkedArgs = GatedDeltaRuleArgs;

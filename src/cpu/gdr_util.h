@@ -55,7 +55,8 @@ inline void store_state(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t 
       store_f(a.ssm_state.data, a.ssm_state.dtype, state_offset(a, s, slot, hv, vi, ki), S[vi * s.K + ki]);
 }
 
-// Per-token inputs of value head hv: l2-normalised q (times scale) and k, v, and the gates.
+// Per-token inputs of value head hv: q^ and k^ (l2-normalised unless qk_l2norm is off; q times
+// scale), v, and the gates (computed from a, b, A_log, dt_bias, or given: ops.h).
 struct TokenInputs {
   std::vector<float> q, k, v;
   float g = 0.f, beta = 0.f;  // log-decay and write strength
@@ -72,7 +73,9 @@ inline void load_token(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t r
     qq += in->q[i] * in->q[i];
     kk += in->k[i] * in->k[i];
   }
-  const float qn = s.scale / std::sqrt(qq + 1e-6f), kn = 1.f / std::sqrt(kk + 1e-6f);  // q^ = q/|q| * scale
+  const bool norm = a.qk_l2norm;
+  const float qn = norm ? s.scale / std::sqrt(qq + 1e-6f) : s.scale;  // q^ = q/|q| * scale
+  const float kn = norm ? 1.f / std::sqrt(kk + 1e-6f) : 1.f;          // k^ = k/|k|
   for (int64_t i = 0; i < s.K; ++i) {
     in->q[i] *= qn;
     in->k[i] *= kn;
@@ -80,10 +83,14 @@ inline void load_token(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t r
   for (int64_t i = 0; i < s.V; ++i) in->v[i] = load_f(a.v.data, a.v.dtype, row * a.v.stride[0] + hv * s.V + i);
   const float av = load_f(a.a.data, a.a.dtype, row * a.a.stride[0] + hv);
   const float bv = load_f(a.b.data, a.b.dtype, row * a.b.stride[0] + hv);
-  const float A = load_f(a.A_log.data, a.A_log.dtype, hv * a.A_log.stride[0]);
-  const float dt = load_f(a.dt_bias.data, a.dt_bias.dtype, hv * a.dt_bias.stride[0]);
-  in->g = -std::exp(A) * rules::softplus(av + dt);  // g = -exp(A_log) * softplus(a + dt_bias)
-  in->beta = 1.f / (1.f + std::exp(-bv));          // beta = sigmoid(b)
+  if (a.A_log.present()) {
+    const float A = load_f(a.A_log.data, a.A_log.dtype, hv * a.A_log.stride[0]);
+    const float dt = load_f(a.dt_bias.data, a.dt_bias.dtype, hv * a.dt_bias.stride[0]);
+    in->g = -std::exp(A) * rules::softplus(av + dt);  // g = -exp(A_log) * softplus(a + dt_bias)
+  } else {
+    in->g = av;  // the log-space decay, given
+  }
+  in->beta = a.beta_sigmoid ? 1.f / (1.f + std::exp(-bv)) : bv;  // beta = sigmoid(b), or given
 }
 
 inline void zero_output(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int64_t hv) {

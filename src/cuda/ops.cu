@@ -96,6 +96,17 @@ Status supports_k(const char* op, int64_t K) {
   return Status::Error(std::string(op) + ": unsupported on CUDA: head_k_dim " + std::to_string(K) +
                        ", supported 1..256 (64, 128 and 256 at full speed)");
 }
+// The CUDA kernels compute the gates from A_log, dt_bias and the raw a, b (in the dtype of q) and
+// normalise q and k; the other forms of ops.h run on the CPU.
+Status supports_gates(const char* op, const GatedDeltaRuleArgs& a) {
+  std::string what;
+  if (!a.A_log.present()) what = "a given as the log-space decay (no A_log / dt_bias)";
+  else if (!a.beta_sigmoid) what = "b given as beta (beta_sigmoid false)";
+  else if (!a.qk_l2norm) what = "q and k without l2 normalisation (qk_l2norm false)";
+  else if (a.a.dtype != a.q.dtype || a.b.dtype != a.q.dtype) what = "a or b in a dtype other than q's";
+  if (what.empty()) return Status::Ok();
+  return Status::Error(std::string(op) + ": unsupported on CUDA: " + what + "; these gate forms run on the CPU");
+}
 Status supports_grid(const char* op, int64_t nseq, int64_t HV) {
   if (nseq <= 65535 && HV <= 65535) return Status::Ok();
   return Status::Error(std::string(op) + ": unsupported on CUDA: more than 65535 sequences or value heads, got " +
@@ -115,10 +126,12 @@ Status supports(const CausalConv1dUpdateArgs& a) {
 }
 Status supports_recurrent(const GatedDeltaRuleArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_recurrent", a.q.shape[2]));
+  GDN_RETURN_IF_ERROR(supports_gates("gated_delta_rule_recurrent", a));
   return supports_grid("gated_delta_rule_recurrent", a.state_indices.shape[0], a.v.shape[1]);
 }
 Status supports_chunked(const GatedDeltaRuleArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_chunked", a.q.shape[2]));
+  GDN_RETURN_IF_ERROR(supports_gates("gated_delta_rule_chunked", a));
   return supports_grid("gated_delta_rule_chunked", a.state_indices.shape[0], a.v.shape[1]);
 }
 Status supports(const GdnAttentionArgs& a) {
