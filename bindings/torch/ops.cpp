@@ -136,11 +136,11 @@ constexpr const char* kRecurrent = "gated_delta_rule_recurrent";
 constexpr const char* kChunked = "gated_delta_rule_chunked";
 
 void gated_delta_rule_into(bool chunked, const Tensor& o, const Tensor& q, const Tensor& k, const Tensor& v,
-                           const Tensor& a_raw, const Tensor& b_raw, const Tensor& A_log, const Tensor& dt_bias,
+                           const Tensor& a_raw, const Tensor& b_raw, const Opt<Tensor>& A_log, const Opt<Tensor>& dt_bias,
                            const Tensor& ssm_state, const Tensor& query_start_loc, const Tensor& state_indices,
                            const Opt<Tensor>& num_accepted_tokens, const Opt<Tensor>& has_initial_state,
                            const Opt<double>& scale, const std::string& state_layout,
-                           const Opt<int64_t>& null_block_id) {
+                           const Opt<int64_t>& null_block_id, bool qk_l2norm, bool beta_sigmoid) {
   const char* op = chunked ? kChunked : kRecurrent;
   GatedDeltaRuleArgs a;
   a.q = to_view(q, op, "q");
@@ -159,53 +159,55 @@ void gated_delta_rule_into(bool chunked, const Tensor& o, const Tensor& q, const
   check(parse_state_layout(state_layout, &a.state_layout), op);
   a.scale = opt_double(scale);
   a.null_block_id = opt_int(null_block_id);
+  a.qk_l2norm = qk_l2norm;
+  a.beta_sigmoid = beta_sigmoid;
   void* stream = current_stream(q.device());
   check(chunked ? gdn::gated_delta_rule_chunked(a, stream) : gdn::gated_delta_rule_recurrent(a, stream));
 }
 
 Tensor gated_delta_rule_recurrent_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
-                                     const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& ssm_state,
+                                     const Tensor& b, const Opt<Tensor>& A_log, const Opt<Tensor>& dt_bias, Tensor& ssm_state,
                                      const Tensor& query_start_loc, const Tensor& state_indices,
                                      const Opt<Tensor>& num_accepted_tokens, const Opt<Tensor>& has_initial_state,
-                                     Opt<double> scale, std::string state_layout, Opt<int64_t> null_block_id) {
+                                     Opt<double> scale, std::string state_layout, Opt<int64_t> null_block_id, bool qk_l2norm, bool beta_sigmoid) {
   c10::OptionalDeviceGuard guard(at::device_of(q));
   Tensor o = zeros_o(q, v);
   gated_delta_rule_into(false, o, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices,
-                        num_accepted_tokens, has_initial_state, scale, state_layout, null_block_id);
+                        num_accepted_tokens, has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid);
   return o;
 }
 
 void gated_delta_rule_recurrent_out_op(Tensor& o, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                                       const Tensor& a, const Tensor& b, const Opt<Tensor>& A_log, const Opt<Tensor>& dt_bias,
                                        Tensor& ssm_state, const Tensor& query_start_loc,
                                        const Tensor& state_indices, const Opt<Tensor>& num_accepted_tokens,
                                        const Opt<Tensor>& has_initial_state, Opt<double> scale,
-                                       std::string state_layout, Opt<int64_t> null_block_id) {
+                                       std::string state_layout, Opt<int64_t> null_block_id, bool qk_l2norm, bool beta_sigmoid) {
   c10::OptionalDeviceGuard guard(at::device_of(q));
   gated_delta_rule_into(false, o, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices,
-                        num_accepted_tokens, has_initial_state, scale, state_layout, null_block_id);
+                        num_accepted_tokens, has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid);
 }
 
 Tensor gated_delta_rule_chunked_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
-                                   const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& ssm_state,
+                                   const Tensor& b, const Opt<Tensor>& A_log, const Opt<Tensor>& dt_bias, Tensor& ssm_state,
                                    const Tensor& query_start_loc, const Tensor& state_indices,
                                    const Opt<Tensor>& has_initial_state, Opt<double> scale,
-                                   std::string state_layout, Opt<int64_t> null_block_id) {
+                                   std::string state_layout, Opt<int64_t> null_block_id, bool qk_l2norm, bool beta_sigmoid) {
   c10::OptionalDeviceGuard guard(at::device_of(q));
   Tensor o = zeros_o(q, v);
   gated_delta_rule_into(true, o, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices,
-                        c10::nullopt, has_initial_state, scale, state_layout, null_block_id);
+                        c10::nullopt, has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid);
   return o;
 }
 
 void gated_delta_rule_chunked_out_op(Tensor& o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
-                                     const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& ssm_state,
+                                     const Tensor& b, const Opt<Tensor>& A_log, const Opt<Tensor>& dt_bias, Tensor& ssm_state,
                                      const Tensor& query_start_loc, const Tensor& state_indices,
                                      const Opt<Tensor>& has_initial_state, Opt<double> scale,
-                                     std::string state_layout, Opt<int64_t> null_block_id) {
+                                     std::string state_layout, Opt<int64_t> null_block_id, bool qk_l2norm, bool beta_sigmoid) {
   c10::OptionalDeviceGuard guard(at::device_of(q));
   gated_delta_rule_into(true, o, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices,
-                        c10::nullopt, has_initial_state, scale, state_layout, null_block_id);
+                        c10::nullopt, has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid);
 }
 
 // ---- 5. gdn_attention ---------------------------------------------------------------------
@@ -270,10 +272,11 @@ void gdn_attention_op(Tensor& core_attn_out, Tensor& z, const Tensor& projected_
   "Tensor state_indices, Tensor? num_accepted_tokens=None, str spec_layout=\"rolling\", "              \
   "str activation=\"silu\", int? null_block_id=None"
 #define GDN_GDR_HEAD_ARGS                                                                               \
-  "Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, Tensor(s!) ssm_state, " \
+  "Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor? A_log, Tensor? dt_bias, Tensor(s!) ssm_state, " \
   "Tensor query_start_loc, Tensor state_indices, "
 #define GDN_GDR_TAIL_ARGS \
-  "Tensor? has_initial_state=None, float? scale=None, str state_layout=\"vk\", int? null_block_id=None"
+  "Tensor? has_initial_state=None, float? scale=None, str state_layout=\"vk\", int? null_block_id=None, " \
+  "bool qk_l2norm=True, bool beta_sigmoid=True"
 
 constexpr const char* kSchemas[] = {
     "causal_conv1d_fwd(" GDN_CONV_FWD_ARGS ") -> Tensor",

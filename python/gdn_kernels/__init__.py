@@ -10,7 +10,8 @@ fake implementations for torch.compile. The functions here are documented wrappe
 * :func:`gated_delta_rule_chunked` — the delta rule chunk-parallel (prefill);
 * :func:`gdn_attention` — the fused layer core for a mixed batch, with vllm-xpu-kernels' arguments;
 * :func:`attention_args_from_vllm_metadata` — gdn_attention's metadata arguments from vLLM's
-  ``GDNAttentionMetadata``.
+  ``GDNAttentionMetadata``;
+* :mod:`gdn_kernels.fla` — FLA's ``chunk_gated_delta_rule`` and ``fused_recurrent_gated_delta_rule``.
 """
 
 from ._library import library_path, load_library
@@ -26,6 +27,7 @@ from .ops import (  # noqa: E402
     gdn_attention,
 )
 from .vllm import PAD_SLOT_ID, attention_args_from_vllm_metadata  # noqa: E402
+from . import fla  # noqa: E402
 
 #: How the fake implementations were registered ("register_fake", "impl_abstract", "meta"), or
 #: None on torch < 2.0 (no torch.compile there).

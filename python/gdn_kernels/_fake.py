@@ -27,12 +27,13 @@ def causal_conv1d_update(x, weight, bias, conv_state, query_start_loc, state_ind
 
 def gated_delta_rule_recurrent(q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices,
                                num_accepted_tokens=None, has_initial_state=None, scale=None, state_layout="vk",
-                               null_block_id=None):
+                               null_block_id=None, qk_l2norm=True, beta_sigmoid=True):
     return q.new_empty((q.shape[0], v.shape[1], v.shape[2]))
 
 
 def gated_delta_rule_chunked(q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices,
-                             has_initial_state=None, scale=None, state_layout="vk", null_block_id=None):
+                             has_initial_state=None, scale=None, state_layout="vk", null_block_id=None,
+                             qk_l2norm=True, beta_sigmoid=True):
     return q.new_empty((q.shape[0], v.shape[1], v.shape[2]))
 
 

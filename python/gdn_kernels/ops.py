@@ -145,8 +145,8 @@ def gated_delta_rule_recurrent(
     a: Tensor,
     b: Tensor,
     *,
-    A_log: Tensor,
-    dt_bias: Tensor,
+    A_log: Optional[Tensor],
+    dt_bias: Optional[Tensor],
     ssm_state: Tensor,
     query_start_loc: Tensor,
     state_indices: Tensor,
@@ -155,6 +155,8 @@ def gated_delta_rule_recurrent(
     scale: Optional[float] = None,
     state_layout: str = "vk",
     null_block_id: Optional[int] = None,
+    qk_l2norm: bool = True,
+    beta_sigmoid: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
     """The gated delta rule, token by token (decode, verify, short non-speculative sequences).
@@ -173,9 +175,12 @@ def gated_delta_rule_recurrent(
     Args:
         q, k: ``[T, H, K]`` float32 / bfloat16 / float16.
         v: ``[T, HV, V]``, dtype of ``q``; ``HV`` a multiple of ``H``; ``K != V`` is fine.
-        a, b: ``[T, HV]`` raw gate inputs, dtype of ``q``.
-        A_log: ``[HV]`` any float dtype (float32, bfloat16, float16, float64).
-        dt_bias: ``[HV]`` any float dtype.
+        a, b: ``[T, HV]`` gate inputs, dtype of ``q`` or float32: with ``A_log`` and ``dt_bias``,
+            ``a`` is the raw decay input (``g = -exp(A_log) * softplus(a + dt_bias)``); with both
+            None, ``a`` is the log-space decay ``g`` itself. ``b`` is the raw logit
+            (``beta = sigmoid(b)``) unless ``beta_sigmoid=False``, when it is ``beta``.
+        A_log: ``[HV]`` any float dtype (float32, bfloat16, float16, float64), or None.
+        dt_bias: ``[HV]`` any float dtype, or None (exactly when ``A_log`` is None).
         ssm_state: ``[num_slots, HV, V, K]`` (``state_layout="vk"``) or ``[num_slots, HV, K, V]``
             (``"kv"``), float32 / bfloat16 / float16; updated in place.
         query_start_loc: ``[n+1]`` int32/int64.
@@ -185,7 +190,12 @@ def gated_delta_rule_recurrent(
         scale: the query scale, or None for ``K ** -0.5``.
         state_layout: ``"vk"`` or ``"kv"``.
         null_block_id: a slot id treated as padding, or None.
+        qk_l2norm: l2-normalise q and k (True), or use them as given (``q^ = q * scale``).
+        beta_sigmoid: ``beta = sigmoid(b)`` (True) or ``beta = b``.
         out: ``[T, HV, V]`` buffer for ``o`` (dtype of ``q``), or None to allocate one.
+
+    The CUDA kernels take the default gate forms (A_log and dt_bias given, ``beta_sigmoid``,
+    ``qk_l2norm``, ``a`` and ``b`` in the dtype of ``q``); the other forms run on the CPU.
 
     Returns:
         ``o``: ``[T, HV, V]``, dtype of ``q``.
@@ -193,11 +203,11 @@ def gated_delta_rule_recurrent(
     if out is None:
         return torch.ops.gdn.gated_delta_rule_recurrent(
             q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices, num_accepted_tokens,
-            has_initial_state, scale, state_layout, null_block_id,
+            has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid,
         )
     torch.ops.gdn.gated_delta_rule_recurrent_out(
         out, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices, num_accepted_tokens,
-        has_initial_state, scale, state_layout, null_block_id,
+        has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid,
     )
     return out
 
@@ -209,8 +219,8 @@ def gated_delta_rule_chunked(
     a: Tensor,
     b: Tensor,
     *,
-    A_log: Tensor,
-    dt_bias: Tensor,
+    A_log: Optional[Tensor],
+    dt_bias: Optional[Tensor],
     ssm_state: Tensor,
     query_start_loc: Tensor,
     state_indices: Tensor,
@@ -218,6 +228,8 @@ def gated_delta_rule_chunked(
     scale: Optional[float] = None,
     state_layout: str = "vk",
     null_block_id: Optional[int] = None,
+    qk_l2norm: bool = True,
+    beta_sigmoid: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
     """The gated delta rule computed chunk-parallel (prefill of long sequences).
@@ -232,11 +244,11 @@ def gated_delta_rule_chunked(
     if out is None:
         return torch.ops.gdn.gated_delta_rule_chunked(
             q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices, has_initial_state, scale,
-            state_layout, null_block_id,
+            state_layout, null_block_id, qk_l2norm, beta_sigmoid,
         )
     torch.ops.gdn.gated_delta_rule_chunked_out(
         out, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices, has_initial_state, scale,
-        state_layout, null_block_id,
+        state_layout, null_block_id, qk_l2norm, beta_sigmoid,
     )
     return out
 

@@ -1,0 +1,153 @@
+"""FLA's gated delta rule API on gdn-kernels.
+
+``chunk_gated_delta_rule`` and ``fused_recurrent_gated_delta_rule`` take the arguments and follow
+the conventions of flash-linear-attention's functions of the same names (``fla.ops.gated_delta_rule``),
+so that code written against FLA (Hugging Face transformers' Qwen3-Next / Qwen3.5 layers, SGLang)
+can call gdn-kernels instead:
+
+* ``q``, ``k`` ``[B, T, H, K]``, ``v`` ``[B, T, HV, V]`` with ``HV`` a multiple of ``H`` (grouped
+  value heads); with ``cu_seqlens`` (``[N + 1]``, varlen) ``B`` must be 1;
+* ``g`` ``[B, T, HV]``: the log-space decay, or with ``use_gate_in_kernel=True`` the raw input of
+  ``-exp(A_log) * softplus(g + dt_bias)``; ``beta`` ``[B, T, HV]``: beta itself, or with
+  ``use_beta_sigmoid_in_kernel=True`` its logit (``allow_neg_eigval``: ``2 * sigmoid``);
+* ``initial_state`` ``[N, HV, K, V]`` (``state_v_first=True``: ``[N, HV, V, K]``) or None;
+* returns ``(o, final_state)``: ``o`` ``[B, T, HV, V]`` in the dtype of ``v``, ``final_state``
+  float32 like ``initial_state``'s layout when ``output_final_state``, else None.
+
+No autograd (inference kernels). The CUDA kernels take the gate forms of Qwen's layers computed in
+the kernel (``use_gate_in_kernel``, ``use_beta_sigmoid_in_kernel``, ``use_qk_l2norm_in_kernel`` all
+True); other combinations run on the CPU backend and raise on CUDA tensors.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import ops
+
+__all__ = ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"]
+
+
+def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+         use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
+         cu_seqlens) -> Tuple[Tensor, Optional[Tensor]]:
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"q, k must be [B, T, H, K] and v [B, T, HV, V], got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if HV % H != 0:
+        raise ValueError(f"num_v_heads (HV={HV}) must be a multiple of num_heads (H={H})")
+    if g is None or beta is None:
+        raise ValueError("g and beta are required")
+    if g.shape != (B, T, HV) or beta.shape != (B, T, HV):
+        raise ValueError(f"g and beta must be [B, T, HV] = {(B, T, HV)}, got {tuple(g.shape)}, {tuple(beta.shape)}")
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
+    if use_gate_in_kernel and A_log is None:
+        raise ValueError("A_log must be provided when use_gate_in_kernel=True.")
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError(f"The batch size is expected to be 1 rather than {B} when using `cu_seqlens`.")
+        qsl = cu_seqlens.to(device=q.device, dtype=torch.int64)
+        N = qsl.shape[0] - 1
+    else:
+        N = B
+        qsl = torch.arange(0, (B + 1) * T, T, device=q.device, dtype=torch.int64)
+    state_shape = (N, HV, V, K) if state_v_first else (N, HV, K, V)
+    if initial_state is not None:
+        if tuple(initial_state.shape) != state_shape:
+            raise ValueError(f"initial_state must be {list(state_shape)}, got {list(initial_state.shape)}")
+        state = initial_state.to(device=q.device, dtype=torch.float32).clone()
+    else:
+        state = torch.zeros(state_shape, device=q.device, dtype=torch.float32)
+
+    def gate(x):  # [B, T, HV] -> [B T, HV] in the dtype of q or float32
+        x = x.reshape(B * T, HV)
+        return x if x.dtype in (q.dtype, torch.float32) else x.float()
+
+    a = gate(g)
+    if allow_neg_eigval:  # beta = 2 sigmoid(logit): given to the op as beta itself
+        b, beta_sigmoid = 2.0 * torch.sigmoid(beta.reshape(B * T, HV).float()), False
+    else:
+        b, beta_sigmoid = gate(beta), use_beta_sigmoid_in_kernel
+    if use_gate_in_kernel:
+        if dt_bias is None:
+            dt_bias = torch.zeros(HV, device=q.device, dtype=torch.float32)
+    else:
+        A_log, dt_bias = None, None
+    kw = dict(A_log=A_log, dt_bias=dt_bias, ssm_state=state, query_start_loc=qsl,
+              state_indices=torch.arange(N, device=q.device, dtype=torch.int64), scale=scale,
+              state_layout="vk" if state_v_first else "kv", qk_l2norm=use_qk_l2norm_in_kernel,
+              beta_sigmoid=beta_sigmoid)
+    qf, kf = q.reshape(B * T, H, K), k.reshape(B * T, H, K)
+    vf = v.reshape(B * T, HV, V).to(q.dtype)
+    fn = ops.gated_delta_rule_chunked if chunked else ops.gated_delta_rule_recurrent
+    o = fn(qf, kf, vf, a, b, **kw)
+    return o.reshape(B, T, HV, V).to(v.dtype), (state if output_final_state else None)
+
+
+def chunk_gated_delta_rule(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    scale: Optional[float] = None,
+    initial_state: Optional[Tensor] = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[Tensor] = None,
+    cu_seqlens_cpu: Optional[Tensor] = None,
+    chunk_indices: Optional[Tensor] = None,
+    cp_context=None,
+    **kwargs,
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """FLA's ``chunk_gated_delta_rule`` (see the module doc), computed by ``gated_delta_rule_chunked``.
+
+    ``cu_seqlens_cpu``, ``chunk_indices`` and ``chunk_size`` are accepted and not needed;
+    ``use_gate_in_kernel``, ``A_log`` and ``dt_bias`` may be passed as keywords, as in FLA.
+    Context parallelism (``cp_context``) is not supported.
+    """
+    if cp_context is not None:
+        raise NotImplementedError("gdn_kernels.fla: cp_context (context parallelism) is not supported")
+    if "head_first" in kwargs:
+        raise DeprecationWarning("head_first has been removed. Inputs must be in `[B, T, H, ...]` format.")
+    del cu_seqlens_cpu, chunk_indices
+    return _run(True, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                kwargs.get("use_gate_in_kernel", False), kwargs.get("A_log"), kwargs.get("dt_bias"),
+                use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, cu_seqlens)
+
+
+def fused_recurrent_gated_delta_rule(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Optional[Tensor] = None,
+    gk: Optional[Tensor] = None,
+    gv: Optional[Tensor] = None,
+    beta: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    initial_state: Optional[Tensor] = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_gate_in_kernel: bool = False,
+    A_log: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Optional[Tensor] = None,
+    **kwargs,
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """FLA's ``fused_recurrent_gated_delta_rule`` (see the module doc), computed by
+    ``gated_delta_rule_recurrent``. Per-key or per-value decays (``gk``, ``gv``) are not supported."""
+    if gk is not None or gv is not None:
+        raise NotImplementedError("gdn_kernels.fla: gk / gv (per-channel decays) are not supported; pass g")
+    return _run(False, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
+                cu_seqlens)
