@@ -164,15 +164,16 @@ def test_fla_errors():
 @requires_cuda
 def test_fla_api_on_cuda():
     q, k, v, a, blog, A_log, dt_bias, cu = make(1, [33, 1, 64], 2, 4, 128, 128, torch.bfloat16, 9, True)
+    a, blog = a.to(torch.bfloat16), blog.to(torch.bfloat16)  # raw gate inputs in the model's dtype
     h0 = torch.randn(3, 4, 128, 128) * 0.1
     dev = dict(device="cuda")
     args = [x.to(**dev) for x in (q, k, v, a, blog)]
     kw = dict(use_gate_in_kernel=True, A_log=A_log.to(**dev), dt_bias=dt_bias.to(**dev),
               use_beta_sigmoid_in_kernel=True, use_qk_l2norm_in_kernel=True, initial_state=h0.to(**dev),
               output_final_state=True, cu_seqlens=cu.to(**dev))
-    g_log = -A_log.exp() * torch.nn.functional.softplus(a + dt_bias)
-    o_ref, h_ref = reference(flat(q), flat(k), flat(v), flat(g_log), flat(torch.sigmoid(blog)), 128 ** -0.5, h0, cu,
-                             True, False)
+    g_log = -A_log.exp() * torch.nn.functional.softplus(a.float() + dt_bias)
+    o_ref, h_ref = reference(flat(q), flat(k), flat(v), flat(g_log), flat(torch.sigmoid(blog.float())), 128 ** -0.5,
+                             h0, cu, True, False)
     for call, tol in [(fla.chunk_gated_delta_rule, 0.005), (fla.fused_recurrent_gated_delta_rule, 0.002)]:
         qc, kc, vc, ac, bc = args
         if call is fla.chunk_gated_delta_rule:
@@ -182,5 +183,5 @@ def test_fla_api_on_cuda():
         assert err_ratio(flat(o).cpu(), o_ref) <= tol
         assert err_ratio(ht.cpu(), h_ref) <= tol
     with pytest.raises(RuntimeError, match="unsupported on CUDA"):
-        fla.chunk_gated_delta_rule(*args[:3], g_log.to(**dev), torch.sigmoid(blog).to(**dev),
+        fla.chunk_gated_delta_rule(*args[:3], g_log.to(**dev), torch.sigmoid(blog.float()).to(**dev),
                                    use_qk_l2norm_in_kernel=True, cu_seqlens=cu.to(**dev))
