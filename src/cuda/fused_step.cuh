@@ -230,8 +230,7 @@ std::optional<Status> launch_step_kernel(void (*kernel)(RecurrentParams), const 
   const int per = static_cast<int>((2 * p.K + csize - 1) / csize);
   if (per + Tr::kRows > Tr::kThreads) return std::nullopt;
   // programmatic overlap with the previous kernel up to GDN_STEP_PDL_HEADS sequence-heads
-  // (environment overrides; 0: never)
-  const bool overlap = nseq * p.HV <= env_int("GDN_STEP_PDL_HEADS", GDN_STEP_PDL_HEADS, 0, 1 << 30);
+  const bool overlap = nseq * p.HV <= GDN_STEP_PDL_HEADS;
   Launch launch(dim3(gx, static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq)), Tr::kThreads, 0, stream,
                 overlap);
   launch.cluster(gx, static_cast<unsigned>(p.r));

@@ -35,9 +35,8 @@ namespace gdn::cuda {
 //   change shape; 192 and 384, Qwen3.6-27B N = 4 and 8: +15%), verify batches of <=
 //   GDN_REC_LEAN_16_VERIFY_MAX (larger ones: +3 to +11%; one-token ones from 512: +8 to +36%), and
 //   in the staged form (below) one-token batches of >= GDN_REC_STAGED_MIN sequence-heads.
-// GDN_REC_LEAN in the environment: 0 never, 1 wherever it can run (tests, A/B); GDN_REC_LEAN_VERIFY=0:
-// no verify batch by default; GDN_REC_LEAN_16=0: no 16-bit batch by default; GDN_CUDA_TMA=1 without
-// GDN_REC_LEAN=1: never (the pipelined kernel's test pass).
+// GDN_REC_LEAN in the environment: 0 never, 1 wherever it can run (tests, A/B); GDN_CUDA_TMA=1
+// without GDN_REC_LEAN=1: never (the pipelined kernel's test pass).
 #ifndef GDN_REC_LEAN_MID_LO
 #define GDN_REC_LEAN_MID_LO 128
 #endif
@@ -399,13 +398,11 @@ std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaSt
   const bool stage = lean_staged<TS>(p, nseq);  // 16-bit state: the staged form
   bool chosen;
   if constexpr (sizeof(TS) == 4)
-    chosen = verify ? !env_equals("GDN_REC_LEAN_VERIFY", "0")
-                    : one && (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI);
+    chosen = verify || (one && (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI));
   else
-    chosen = (verify ? sh <= GDN_REC_LEAN_16_VERIFY_MAX && !env_equals("GDN_REC_LEAN_VERIFY", "0")
-                     : one && (sh <= GDN_REC_LEAN_16_MAX || stage ||
-                               (sh >= GDN_REC_LEAN_16_BAND_LO && sh <= GDN_REC_LEAN_16_BAND_HI))) &&
-             !env_equals("GDN_REC_LEAN_16", "0");
+    chosen = verify ? sh <= GDN_REC_LEAN_16_VERIFY_MAX
+                    : one && (sh <= GDN_REC_LEAN_16_MAX || stage ||
+                              (sh >= GDN_REC_LEAN_16_BAND_LO && sh <= GDN_REC_LEAN_16_BAND_HI));
   // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
   chosen = chosen && !env_equals("GDN_CUDA_TMA", "1");
   if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;

@@ -117,7 +117,6 @@ std::optional<Status> launch_tma(const RecurrentParams& p, int64_t nseq, cudaStr
         tg.rot = !env_equals("GDN_TMA_ROT", "0");
         tg.light = !env_equals("GDN_TMA_LIGHT", "0");  // 0 in the environment: the full item resolve
         tg.one = !env_equals("GDN_TMA_CONV_ONE", "0");  // 0 in the environment: the kTok-token conv code for all
-        if (env_equals("GDN_TMA_FSWEEP", "0")) tg.sweep = 0;  // the fused step's one-token items: 2 passes
       }
       const int64_t blocks = work < sh.blocks ? work : sh.blocks;
       if constexpr (kFused) {
