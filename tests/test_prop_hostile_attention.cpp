@@ -15,10 +15,14 @@
 namespace gdn::prop {
 namespace {
 
-class PropHostileAttention : public ::testing::TestWithParam<Backend> {};
+// Both verify conv layouts: the clean equivalents are the same in each (an unusable column a-1 makes
+// the sequence padding, an unusable column t >= 1 skips its stores).
+class PropHostileAttention : public ::testing::TestWithParam<std::tuple<Backend, SpecConvLayout>> {};
 
-AttnProblem make_base(Rng& r, bool spec_only_identity = false, bool nonspec_only_identity = false) {
+AttnProblem make_base(Rng& r, SpecConvLayout layout, bool spec_only_identity = false,
+                      bool nonspec_only_identity = false) {
   AttnProblem p;
+  p.conv_layout = layout;
   p.act = DType::kBFloat16;
   p.ssm_dtype = DType::kFloat32;
   p.cols = 3;
@@ -147,7 +151,8 @@ std::vector<AMutation> amutations() {
 }
 
 TEST_P(PropHostileAttention, ClampOrPad) {
-  const Backend be = GetParam();
+  const Backend be = std::get<0>(GetParam());
+  const SpecConvLayout layout = std::get<1>(GetParam());
   PROP_SKIP_IF_UNAVAILABLE(be);
   uint64_t seed = 900;
   for (const AMutation& mu : amutations()) {
@@ -156,7 +161,7 @@ TEST_P(PropHostileAttention, ClampOrPad) {
     bool applied = false;
     for (int tries = 0; tries < 20 && !applied; ++tries) {
       Rng r(seed++);
-      AttnProblem base = make_base(r, mu.base_kind == 1, mu.base_kind == 2);
+      AttnProblem base = make_base(r, layout, mu.base_kind == 1, mu.base_kind == 2);
       hostile = base;
       clean = base;
       applied = mu.apply(hostile, clean);
@@ -196,10 +201,10 @@ TEST_P(PropHostileAttention, ClampOrPad) {
 // T > cols inside gdn_attention: the same as the composition of primitives (whose T > cols
 // behaviour test_prop_hostile.cpp pins down).
 TEST_P(PropHostileAttention, TokensPastColsMatchComposition) {
-  const Backend be = GetParam();
+  const Backend be = std::get<0>(GetParam());
   PROP_SKIP_IF_UNAVAILABLE(be);
   Rng r(950);
-  AttnProblem p = make_base(r);
+  AttnProblem p = make_base(r, std::get<1>(GetParam()));
   int i = find_seq(p, [](const AttnSeq& s) { return s.spec; });
   ASSERT_GE(i, 0);
   // Two extra tokens at new rows below num_actual_tokens: T = old T + 2, forced past cols.
@@ -234,8 +239,13 @@ TEST_P(PropHostileAttention, TokensPastColsMatchComposition) {
   for (const Buf* b : {&core_f, &z_f, &fused.conv_pool, &fused.ssm_pool}) EXPECT_TRUE(b->canaries_ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Prop, PropHostileAttention, ::testing::Values(Backend::kCPU, Backend::kCUDA),
-                         [](const ::testing::TestParamInfo<Backend>& i) { return std::string(capture::backend_name(i.param)); });
+INSTANTIATE_TEST_SUITE_P(
+    Prop, PropHostileAttention,
+    ::testing::Combine(::testing::Values(Backend::kCPU, Backend::kCUDA),
+                       ::testing::Values(SpecConvLayout::kRolling, SpecConvLayout::kPerToken)),
+    [](const ::testing::TestParamInfo<std::tuple<Backend, SpecConvLayout>>& i) {
+      return std::string(capture::backend_name(std::get<0>(i.param))) + "_" + to_string(std::get<1>(i.param));
+    });
 
 }  // namespace
 }  // namespace gdn::prop

@@ -229,16 +229,18 @@ TEST_P(PropUntouched, PrimitivesWriteExactlyTheRuleSet) {
 TEST_P(PropUntouched, AttentionWritesExactlyTheRuleSet) {
   const UParam& prm = GetParam();
   PROP_SKIP_IF_UNAVAILABLE(prm.backend);
-  for (int variant = 0; variant < 2; ++variant) {
-    Rng r(600 + variant);
+  for (int variant = 0; variant < 4; ++variant) {  // 2, 3: per-token verify windows (pools of W-1 rows, more)
+    Rng r(600 + variant % 2);
     AttnProblem p;
     p.act = prm.act;
     p.ssm_dtype = prm.act;
     p.cols = 3;
-    p.reorder = variant == 1;
+    p.reorder = variant % 2 == 1;
+    const bool per_token = variant >= 2;
+    if (per_token) p.conv_layout = SpecConvLayout::kPerToken, p.conv_rows_extra = variant == 2 ? 0 : 2;
     MixOptions mo;
     mo.graph_pad_rows = 4;
-    mo.trailing_empty = variant == 1;
+    mo.trailing_empty = variant % 2 == 1;
     make_mixed_batch(p, r, mo);
     // A null block: a spare slot named by one non-spec sequence and by a verify column t
     // (0 < t < T, t != a-1), where the store is skipped.
@@ -267,8 +269,10 @@ TEST_P(PropUntouched, AttentionWritesExactlyTheRuleSet) {
       if (pad || s.rows.empty()) continue;
       const int64_t T = static_cast<int64_t>(s.rows.size());
       if (s.spec) {
-        for (int64_t j = 0; j < p.W - 1; ++j)
-          for (int64_t c = 0; c < D; ++c) live_conv[s.cols[0] * p.conv_pool.stride0() + (s.nacc - 1 + j) * D + c] = 1;
+        for (int64_t j = 0; j < p.W - 1; ++j)  // the window: per token rows 0.. of column a-1, else rows a-1.. of column 0
+          for (int64_t c = 0; c < D; ++c)
+            live_conv[per_token ? s.cols[s.nacc - 1] * p.conv_pool.stride0() + j * D + c
+                                : s.cols[0] * p.conv_pool.stride0() + (s.nacc - 1 + j) * D + c] = 1;
         mark_index(live_ssm, p.ssm_pool, s.cols[s.nacc - 1], 1);
         for (int64_t t = 0; t < std::min(T, p.cols); ++t)
           if (slot_ok(s.cols[t], p.num_slots, p.null_id)) mark_index(cls_ssm, p.ssm_pool, s.cols[t], kWritten);
@@ -303,7 +307,8 @@ TEST_P(PropUntouched, AttentionWritesExactlyTheRuleSet) {
         if (pad_of(s)) continue;
         InputFn u = [&](int64_t t, int64_t c) { return pk.qkvz.bits(s.rows[t] * qw + qkvz_col(p, p.reorder, c)); };
         const int64_t T = static_cast<int64_t>(s.rows.size());
-        if (s.spec) conv_rule_rolling(e_conv[k], b_conv[k], s.cols[0], s.nacc, T, p.cols, p.W, u, p.null_id);
+        if (s.spec && per_token) conv_rule_per_token(e_conv[k], b_conv[k], s.cols, s.nacc, T, p.W, u, p.null_id);
+        else if (s.spec) conv_rule_rolling(e_conv[k], b_conv[k], s.cols[0], s.nacc, T, p.cols, p.W, u, p.null_id);
         else conv_rule_nonspec(e_conv[k], b_conv[k], s.slot, s.has_init, T, p.W, u, p.null_id);
       }
     }
