@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build and tests need, only those missing.
 set -euo pipefail
-# GDN_SKIP_DEPS=1: the machine is provisioned otherwise (e.g. a GPU machine without a package registry).
+# GDN_SKIP_DEPS=1: the machine is provisioned otherwise (e.g. one without a package registry).
 [ "${GDN_SKIP_DEPS:-0}" = 1 ] && exit 0
 pkgs=(cmake ninja-build g++ make libgtest-dev libgmock-dev nlohmann-json3-dev libbenchmark-dev
       python3 python3-pytest python3-numpy python3-torch libtorch-dev python3-setuptools python3-pip)

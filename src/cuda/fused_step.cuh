@@ -267,7 +267,7 @@ std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, 
     return launch_step_kernel<StepTraits<TS, kL>>(fused_step_kernel<TAct, TS, KP, kDense, kL, kPT>, p, nseq, stream);
   };
   auto layout = [&](auto lean_tag) {
-    return p.conv_per_token && p.group[1].n > 0 ? go(lean_tag, std::true_type{}) : go(lean_tag, std::false_type{});
+    return p.per_token_verify() ? go(lean_tag, std::true_type{}) : go(lean_tag, std::false_type{});
   };
   if constexpr (sizeof(TS) == 4 && KP == 128 && kDense) {
     static_assert(StepTraits<TS, true>::kRows == StepTraits<TS>::kRows, "one cluster shape for both layouts");

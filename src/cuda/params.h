@@ -56,6 +56,9 @@ struct StepParams {
   int64_t null_id = 0;
   void* z = nullptr;  // gdn_attention only: z copy
   int64_t z_rs = 0;
+  // The launch has verify sequences with per-token conv windows: the one-launch steps then run
+  // their per-token instances.
+  __host__ __device__ bool per_token_verify() const { return conv_per_token && group[1].n > 0; }
 };
 
 // Sequence z of a launch (group 0's sequences first, then group 1's): its group and its index there.

@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
   } else if constexpr (kFused) {
     const int cw = warp - Lay::kConsumers - 1;
-    if (p.conv_per_token && p.group[1].n > 0)  // per-token verify windows: the conv warp's own instance
+    if (p.per_token_verify())  // the conv warp's per-token instance
       tma_conv_warp<TAct, TS, KP, kTok, true>(p, tg, nk, gbuf, gdone, gready, cw, Lay::kConvWarps, pre, lane, prof);
     else
       tma_conv_warp<TAct, TS, KP, kTok, false>(p, tg, nk, gbuf, gdone, gready, cw, Lay::kConvWarps, pre, lane, prof);
