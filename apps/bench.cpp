@@ -8,6 +8,7 @@
 // Ops: "recurrent" (gated_delta_rule_recurrent, bf16 activations), "fused" (gdn_attention:
 // conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer, verify
 // conv windows in the rolling line) and "fused_per_token" (the same, conv windows per draft slot).
+// --path forces a kernel path of the planner (src/cuda/plan/plan.h) where it can run, for A/B runs.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "forced_path.h"
 #include "gdn/ops.h"
 
 #ifdef GDN_WITH_CUDA
@@ -152,9 +154,8 @@ PoolShape pool_shape(const Case& k) {
 
 // arena: where every case's state pool lives (one allocation for the whole run, made before the
 // first case: a case's time must not depend on what earlier cases allocated and freed; with a
-// pool per case, verify T = 4 N = 64 took 205-211 instead of 189-191 us after a T = 3 case);
-// nullptr: a pool of its own per case (GDN_BENCH_ARENA=0, for comparison).
-Result run_case(const Case& k, int replays, DevBuf* arena) {
+// pool per case, verify T = 4 N = 64 took 205-211 instead of 189-191 us after a T = 3 case).
+Result run_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override force) {
   const Model& m = *k.m;
   const int64_t N = k.N, T = k.T, rows = N * T, cols = T == 1 ? 1 : T, W = 4;
   const bool spec = T > 1;
@@ -162,9 +163,7 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
   const PoolShape ps = pool_shape(k);
   const int64_t D = 2 * m.H * m.K + m.HV * m.V;
   const int64_t r = m.HV / m.H;
-  std::optional<DevBuf> own;
-  if (!arena) own.emplace(ps.bytes());
-  DevBuf& pool = arena ? *arena : *own;
+  DevBuf& pool = arena;
   fill(pool, k.state, ps.bytes());  // (the arena: only this case's part)
   // Per-call metadata.
   std::vector<int32_t> qsl(N + 1), acc(N);
@@ -210,7 +209,7 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
     res.us = time_graph(ps.calls, replays, [&](int c, cudaStream_t s) {
       GatedDeltaRuleArgs gc = g;
       gc.state_indices = slots_view(c);
-      Status e = gated_delta_rule_recurrent(gc, s);
+      Status e = internal::gated_delta_rule_recurrent(gc, s, force);
       if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
     });
     res.bytes = state_bytes + rows * 2.0 * (2 * m.H * m.K + 2 * m.HV * m.V + 2 * m.HV);
@@ -250,7 +249,7 @@ Result run_case(const Case& k, int replays, DevBuf* arena) {
     res.us = time_graph(ps.calls, replays, [&](int c, cudaStream_t s) {
       GdnAttentionArgs gc = g;
       set_slots(gc, c);
-      Status e = gdn_attention(gc, s);
+      Status e = internal::gdn_attention(gc, s, force);
       if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
     });
     // Projections once, outputs and z once, conv window read once and written once per sequence
@@ -274,7 +273,7 @@ std::vector<std::string> split(const std::string& s) {
 
 int cmd_bench(int argc, char** argv) {
   std::string models = "qwen3-next-tp1,qwen3-next-tp4,qwen3.6-27b", ns = "1,4,16,64,256", ts = "1,3,4",
-              states = "f32,bf16", ops = "recurrent,fused", out = "bench/results.json";
+              states = "f32,bf16", ops = "recurrent,fused", out = "bench/results.json", path = "auto";
   int replays = 20;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -286,13 +285,19 @@ int cmd_bench(int argc, char** argv) {
     else if (a == "--ops") ops = next();
     else if (a == "--replays") replays = std::max(20, std::atoi(next().c_str()));
     else if (a == "--out") out = next();
+    else if (a == "--path") path = next();
     else {
       std::fprintf(stderr,
                    "usage: gdn bench [--models %s] [--n %s] [--t %s] [--state %s] [--ops %s] [--replays N>=20] "
-                   "[--out FILE.json]\n",
+                   "[--path KERNEL_PATH] [--out FILE.json]\n",
                    models.c_str(), ns.c_str(), ts.c_str(), states.c_str(), ops.c_str());
       return a == "--help" ? 0 : 2;
     }
+  }
+  cuda::plan::Override force;
+  if (!cuda::plan::parse_path(path.c_str(), &force.path)) {
+    std::fprintf(stderr, "gdn bench: unknown kernel path %s\n", path.c_str());
+    return 2;
   }
   if (!cuda_backend_available()) {
     std::fprintf(stderr, "gdn bench: no CUDA device\n");
@@ -321,12 +326,10 @@ int cmd_bench(int argc, char** argv) {
   size_t arena_bytes = 0;
   for (const Case& c : cases)
     if (c.N > 0 && c.T > 0) arena_bytes = std::max(arena_bytes, pool_shape(c).bytes());
-  std::optional<DevBuf> arena;
-  const char* ae = std::getenv("GDN_BENCH_ARENA");
-  if (!(ae && std::string(ae) == "0") && arena_bytes > 0) arena.emplace(arena_bytes);
+  DevBuf arena(std::max<size_t>(arena_bytes, 16));
   for (const Case& c : cases) {
     const std::string mn = c.m->name, st = c.state == DType::kBFloat16 ? "bf16" : "f32";
-    const Result r = run_case(c, replays, arena ? &*arena : nullptr);
+    const Result r = run_case(c, replays, arena, force);
     if (!r.error.empty()) {
       std::printf("%-10s %-15s %5lld %2lld %-5s error: %s\n", c.op.c_str(), mn.c_str(), static_cast<long long>(c.N),
                   static_cast<long long>(c.T), st.c_str(), r.error.c_str());
@@ -336,7 +339,7 @@ int cmd_bench(int argc, char** argv) {
                 static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us, r.gbps,
                 100.0 * r.gbps / copy);
     std::fflush(stdout);
-    rows.push_back({{"impl", "gdn"}, {"op", c.op}, {"model", mn}, {"N", c.N}, {"T", c.T}, {"state", st},
+    rows.push_back({{"impl", "gdn"}, {"op", c.op}, {"path", path}, {"model", mn}, {"N", c.N}, {"T", c.T}, {"state", st},
                     {"us", r.us}, {"bytes", r.bytes}, {"gbps", r.gbps}, {"pct_copy", 100.0 * r.gbps / copy}});
   }
   nlohmann::json doc = {{"device", prop.name}, {"copy_gbps", copy}, {"replays", replays}, {"results", rows}};

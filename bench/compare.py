@@ -6,10 +6,13 @@ The first run is the reference: each other column also shows its change against 
 Several files for one name (repeats of the same setting, e.g. interleaved A B A B in one run):
 each case is their median.
 --ratio adds, per file, fused µs ÷ recurrent µs of the same file (the fused-step target).
+--summary ends with, per other run and op, the geometric mean of its time over the reference's and
+its slowest case.
 Cases missing from a file print as "-".
 """
 import argparse
 import json
+import math
 import statistics
 
 
@@ -32,6 +35,7 @@ def main():
     ap.add_argument("runs", nargs="+", help="NAME=FILE[,FILE...]")
     ap.add_argument("--ops", default="", help="comma-separated ops to show (default: all)")
     ap.add_argument("--ratio", action="store_true")
+    ap.add_argument("--summary", action="store_true")
     a = ap.parse_args()
     names, data = [], []
     for run in a.runs:
@@ -65,6 +69,18 @@ def main():
                 rec = d.get(("recurrent",) + k[1:])
                 cells.append(f"{d[k] / rec:.2f}" if k[0] == "fused" and k in d and rec else "")
         print("| " + " | ".join([k[0], k[1], str(k[2]), str(k[3]), k[4]] + cells) + " |")
+    if a.summary:
+        print()
+        print("| run | op | cases | geomean vs " + names[0] + " | slowest case |")
+        print("|---|---|---|---|---|")
+        for i, d in enumerate(data[1:], 1):
+            for op in sorted({k[0] for k in keys}):
+                rs = [(d[k] / data[0][k], k) for k in keys if k[0] == op and k in d and k in data[0]]
+                if not rs:
+                    continue
+                gm = math.exp(sum(math.log(r) for r, _ in rs) / len(rs))
+                worst, wk = max(rs)
+                print(f"| {names[i]} | {op} | {len(rs)} | {gm:.3f} | {worst:.3f} ({wk[1]} N={wk[2]} T={wk[3]} {wk[4]}) |")
 
 
 if __name__ == "__main__":

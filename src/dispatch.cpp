@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cpu/backend.h"
+#include "forced_path.h"
 #include "gdn/ops.h"
 #ifdef GDN_WITH_CUDA
 #include "cuda/backend.h"
@@ -58,9 +59,11 @@ Status check([[maybe_unused]] const char* op, const TensorView& probe, Status va
 
 #ifdef GDN_WITH_CUDA
 #define GDN_CUDA_FN(name) [](const auto& a, void* s) { return cuda::name(a, s); }
+#define GDN_CUDA_FORCED(name) [force](const auto& a, void* s) { return cuda::name(a, s, force); }
 #define GDN_CUDA_SUPPORTS(name) [](const auto& a) { return cuda::name(a); }
 #else
 #define GDN_CUDA_FN(name) [](const auto&, void*) { return Status::Ok(); }
+#define GDN_CUDA_FORCED(name) [](const auto&, void*) { return Status::Ok(); }
 #define GDN_CUDA_SUPPORTS(name) [](const auto&) { return Status::Ok(); }
 #endif
 
@@ -74,16 +77,26 @@ Status causal_conv1d_update(const CausalConv1dUpdateArgs& a, void* stream) {
              GDN_CUDA_FN(causal_conv1d_update), stream);
 }
 Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream) {
-  return run("gated_delta_rule_recurrent", a, a.q, validate_recurrent(a), cpu::gated_delta_rule_recurrent,
-             GDN_CUDA_FN(gated_delta_rule_recurrent), stream);
+  return internal::gated_delta_rule_recurrent(a, stream, {});
 }
 Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream) {
-  return run("gated_delta_rule_chunked", a, a.q, validate_chunked(a), cpu::gated_delta_rule_chunked,
-             GDN_CUDA_FN(gated_delta_rule_chunked), stream);
+  return internal::gated_delta_rule_chunked(a, stream, {});
 }
-Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
-  return run("gdn_attention", a, a.projected_states_qkvz, validate(a), cpu::gdn_attention, GDN_CUDA_FN(gdn_attention),
-             stream);
+Status gdn_attention(const GdnAttentionArgs& a, void* stream) { return internal::gdn_attention(a, stream, {}); }
+
+Status internal::gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream,
+                                            [[maybe_unused]] cuda::plan::Override force) {
+  return run("gated_delta_rule_recurrent", a, a.q, validate_recurrent(a), cpu::gated_delta_rule_recurrent,
+             GDN_CUDA_FORCED(gated_delta_rule_recurrent), stream);
+}
+Status internal::gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream,
+                                          [[maybe_unused]] cuda::plan::Override force) {
+  return run("gated_delta_rule_chunked", a, a.q, validate_chunked(a), cpu::gated_delta_rule_chunked,
+             GDN_CUDA_FORCED(gated_delta_rule_chunked), stream);
+}
+Status internal::gdn_attention(const GdnAttentionArgs& a, void* stream, [[maybe_unused]] cuda::plan::Override force) {
+  return run("gdn_attention", a, a.projected_states_qkvz, validate(a), cpu::gdn_attention,
+             GDN_CUDA_FORCED(gdn_attention), stream);
 }
 
 Status can_implement(const CausalConv1dFwdArgs& a) {

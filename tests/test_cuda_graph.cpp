@@ -13,6 +13,7 @@
 //     same host inputs.
 //   CudaGraph.VerifyRecurrentReplayWithNewMetadata: the same for gated_delta_rule_recurrent with
 //     verify metadata ([n, cols] slots, num_accepted_tokens, has_initial_state).
+//   Both with the planner's choice and with each kernel path forced where it can run.
 //   CudaStreams.TwoStreamsAtOnce: two independent problems (own pools, different sizes, one with a
 //     long prefill) launched on two streams back to back without synchronising in between; both
 //     equal their CPU references.
@@ -27,6 +28,7 @@
 // z and conv state rows are copies of input bits: bit-exact. Rows past the tokens keep the
 // sentinel the host wrote before the run (NaN or huge finite patterns): bit-exact.
 #include "cuda_device.h"
+#include "forced_path.h"
 #include "prop_attention.h"
 
 #ifdef GDN_WITH_CUDA
@@ -94,9 +96,18 @@ std::string param_str(const GraphParam& p) {
          std::to_string(p.V) + (p.reorder ? "_reorder" : "") + "_" + to_string(p.layout);
 }
 void PrintTo(const GraphParam& p, std::ostream* os) { *os << param_str(p); }
-std::string graph_param_name(const ::testing::TestParamInfo<GraphParam>& i) { return param_str(i.param); }
+// Each case with the planner's choice and with every kernel path forced (an op ignores the other
+// op's paths).
+using GraphCase = std::tuple<GraphParam, Backend>;
+std::string graph_param_name(const ::testing::TestParamInfo<GraphCase>& i) {
+  return param_str(std::get<0>(i.param)) + "_" + capture::backend_name(std::get<1>(i.param));
+}
 
-class CudaGraph : public ::testing::TestWithParam<GraphParam> {};
+class CudaGraph : public ::testing::TestWithParam<GraphCase> {
+ protected:
+  const GraphParam& Param() const { return std::get<0>(GetParam()); }
+  cuda::plan::Override Force() const { return {std::get<1>(GetParam()).path}; }
+};
 
 // Fixed capacities: 6 non-spec sequences (num_prefills 3 + num_decodes 3), 4 verify sequences with
 // cols 4, 40 tokens (every row below num_actual_tokens is a token), 6 graph-padded rows.
@@ -171,7 +182,7 @@ bool fill_round(AttnProblem& p, Rng& r, int round) {
 
 TEST_P(CudaGraph, AttentionReplayWithNewMetadata) {
   GRAPH_SKIP_WITHOUT_GPU();
-  const GraphParam& prm = GetParam();
+  const GraphParam& prm = Param();
   Rng r(9100 + prm.K + prm.V + (prm.reorder ? 7 : 0));
   AttnProblem p = init_graph_problem(prm, r);
   ASSERT_TRUE(fill_round(p, r, 0));
@@ -183,7 +194,7 @@ TEST_P(CudaGraph, AttentionReplayWithNewMetadata) {
   Stream st;
   ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
   Graph g;
-  ASSERT_NO_FATAL_FAILURE(capture(st.s, g, [&](cudaStream_t s) { return gdn::gdn_attention(dargs, s); }));
+  ASSERT_NO_FATAL_FAILURE(capture(st.s, g, [&](cudaStream_t s) { return gdn::internal::gdn_attention(dargs, s, Force()); }));
   for (int round = 1; round <= 3; ++round) {
     ASSERT_TRUE(fill_round(p, r, round));
     make_outputs(p, &core, &z, round % 2);  // sentinel: NaN pattern or 0x7F bytes
@@ -273,7 +284,7 @@ GatedDeltaRuleArgs verify_args(VerifyProblem& v, GdrIn& g, Buf& pool, Buf& o) {
 
 TEST_P(CudaGraph, VerifyRecurrentReplayWithNewMetadata) {
   GRAPH_SKIP_WITHOUT_GPU();
-  const GraphParam& prm = GetParam();
+  const GraphParam& prm = Param();
   Rng r(9200 + prm.K + prm.V + (prm.reorder ? 7 : 0));
   VerifyProblem v;
   init_verify(v, prm, r);
@@ -297,7 +308,7 @@ TEST_P(CudaGraph, VerifyRecurrentReplayWithNewMetadata) {
   Stream st;
   ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
   Graph g;
-  ASSERT_NO_FATAL_FAILURE(capture(st.s, g, [&](cudaStream_t s) { return gdn::gated_delta_rule_recurrent(dargs, s); }));
+  ASSERT_NO_FATAL_FAILURE(capture(st.s, g, [&](cudaStream_t s) { return gdn::internal::gated_delta_rule_recurrent(dargs, s, Force()); }));
   const double tol = tol_of(v.act, v.ssm);
   for (int round = 1; round <= 3; ++round) {
     fill_verify_round(v, r, round);
@@ -321,11 +332,18 @@ TEST_P(CudaGraph, VerifyRecurrentReplayWithNewMetadata) {
 }
 
 constexpr DType kF32 = DType::kFloat32, kBF16 = DType::kBFloat16;
+std::vector<Backend> cuda_paths() {
+  std::vector<Backend> v;
+  for (Backend b : capture::test_backends(capture::Ops::kAll))
+    if (b.cuda()) v.push_back(b);
+  return v;
+}
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaGraph,
-                         ::testing::Values(GraphParam{kF32, kF32, 32, 32, false, StateLayout::kVK},
-                                           GraphParam{kBF16, kF32, 64, 64, true, StateLayout::kKV},
-                                           GraphParam{kBF16, kBF16, 128, 32, false, StateLayout::kVK},
-                                           GraphParam{kF32, kF32, 128, 64, true, StateLayout::kKV}),
+                         ::testing::Combine(::testing::Values(GraphParam{kF32, kF32, 32, 32, false, StateLayout::kVK},
+                                                              GraphParam{kBF16, kF32, 64, 64, true, StateLayout::kKV},
+                                                              GraphParam{kBF16, kBF16, 128, 32, false, StateLayout::kVK},
+                                                              GraphParam{kF32, kF32, 128, 64, true, StateLayout::kKV}),
+                                            ::testing::ValuesIn(cuda_paths())),
                          graph_param_name);
 
 }  // namespace

@@ -1,9 +1,9 @@
 // Metadata written by the kernel right before the op, which lets the op start early (programmatic
 // dependent launch): the op's kernels must read the step's metadata after their dependency wait
 // (griddepcontrol.wait), as they do unless the caller opts in to reading it before
-// (GDN_CUDA_EARLY_META=1, src/cuda/cuda_util.cuh, which requires that the kernel before the op
-// does not write it). These tests make that case happen, so they pass only without the opt-in
-// (run on a GPU with the opt-in).
+// (metadata_ready_early, include/gdn/ops.h, which requires that the kernel before the op does not
+// write it). These tests make that case happen without the opt-in, then run the op again with the
+// opt-in where it holds (the metadata final, the kernel before the op a copy of other buffers).
 //   CudaPdlMeta.MetadataWrittenByThePreviousKernel: on one stream, a one-block kernel
 //     (tests/support/pdl_writer.cu) calls griddepcontrol.launch_dependents at once, spins about
 //     1 ms, then overwrites query_start_loc, state_indices and num_accepted_tokens with new
@@ -11,16 +11,15 @@
 //     become resident while the writer spins, so a read of the metadata before the wait sees the
 //     old values (other slots of the same pool, other token ranges, other accepted counts; every
 //     slot holds a different random state). Outputs and every state slot must equal the CPU
-//     backend run with the new metadata. Decode and verify (3 columns, ragged) batches at N = 2
-//     (the small-batch kernel shape), N = 8 (16-bit decode: the packed kernel; 16-bit verify and,
-//     with GDN_CUDA_TMA=0, float32: the large-batch shape; float32 by default: the pipelined
-//     kernel), float32 and bf16 state, Qwen3-Next TP1 heads.
+//     backend run with the new metadata. Decode and verify (3 columns, ragged) batches at N = 2 and
+//     N = 8, float32 and bf16 state, Qwen3-Next TP1 heads, with the planner's choice and every
+//     kernel path forced.
 // Tolerances as in test_cuda_shapes.cpp: bf16 outputs rel L2 1e-2; states 1e-5 (float32) or 1e-2.
 #include <optional>
 
 #include "cuda_device.h"
+#include "forced_path.h"
 #include "prop_ops.h"
-#include "scoped_env.h"
 
 #ifdef GDN_WITH_CUDA
 #include "pdl_writer.h"
@@ -31,11 +30,12 @@ namespace {
 struct MetaParam {
   DType state;
   int64_t n;
-  bool verify, tma_off;
+  bool verify;
+  Backend be;  // CUDA, the planner's choice or a forced kernel path
 };
 std::string meta_name(const ::testing::TestParamInfo<MetaParam>& i) {
   return std::string("state") + dtype_short(i.param.state) + "_N" + std::to_string(i.param.n) +
-         (i.param.verify ? "_verify" : "_decode") + (i.param.tma_off ? "_tmaoff" : "");
+         (i.param.verify ? "_verify" : "_decode") + "_" + capture::backend_name(i.param.be);
 }
 class CudaPdlMeta : public ::testing::TestWithParam<MetaParam> {};
 
@@ -88,38 +88,46 @@ TEST_P(CudaPdlMeta, MetadataWrittenByThePreviousKernel) {
   auto job = [&](Buf& dst, Buf& src) { return CopyJob{d.view(dst).data, d.view(src).data, DeviceBufs::bytes(dst)}; };
   Stream st;
   ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
-  {
-    std::optional<ScopedEnv> tma;
-    if (prm.tma_off) tma.emplace("GDN_CUDA_TMA", "0");
-    // A first call loads the op's kernels (lazy module loading would hold back the early start of
-    // the first launch of each); then the pool and o as before it.
-    PROP_ASSERT_OK(gdn::gated_delta_rule_recurrent(a, st.s));
-    ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
-    ASSERT_EQ(cudaSuccess, d.upload(pool));
-    ASSERT_EQ(cudaSuccess, d.upload(o));
-    ASSERT_EQ(cudaSuccess, launch_delayed_copy(job(qsl, qsl_new), job(slots, slots_new),
-                                               prm.verify ? job(nacc, nacc_new) : CopyJob{}, 2000000, st.s));
-    PROP_ASSERT_OK(gdn::gated_delta_rule_recurrent(a, st.s));
-  }
+  const cuda::plan::Override force{prm.be.path};
+  // A first call loads the op's kernels (lazy module loading would hold back the early start of
+  // the first launch of each); then the pool and o as before it.
+  PROP_ASSERT_OK(gdn::internal::gated_delta_rule_recurrent(a, st.s, force));
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
-  ASSERT_EQ(cudaSuccess, cudaGetLastError());
-  Buf o_got = o, pool_got = pool;
-  ASSERT_EQ(cudaSuccess, d.download(o, o_got));
-  ASSERT_EQ(cudaSuccess, d.download(pool, pool_got));
-  const int64_t no = o_cpu.numel();
-  EXPECT_LE(rel_l2(o_got, o_cpu, {{0, no}}, {{0, no}}), 1e-2) << "o: relative L2 error vs the CPU (new metadata)";
-  const double stol = prm.state == DType::kFloat32 ? 1e-5 : 1e-2;
-  for (int64_t s = 0; s < pool.rows(); ++s) expect_slot_close(pool_got, s, pool_cpu, s, stol, "ssm_state vs the CPU");
+  auto expect_cpu = [&](const char* what) {
+    ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
+    ASSERT_EQ(cudaSuccess, cudaGetLastError());
+    Buf o_got = o, pool_got = pool;
+    ASSERT_EQ(cudaSuccess, d.download(o, o_got));
+    ASSERT_EQ(cudaSuccess, d.download(pool, pool_got));
+    SCOPED_TRACE(what);
+    const int64_t no = o_cpu.numel();
+    EXPECT_LE(rel_l2(o_got, o_cpu, {{0, no}}, {{0, no}}), 1e-2) << "o: relative L2 error vs the CPU (new metadata)";
+    const double stol = prm.state == DType::kFloat32 ? 1e-5 : 1e-2;
+    for (int64_t s = 0; s < pool.rows(); ++s) expect_slot_close(pool_got, s, pool_cpu, s, stol, "ssm_state vs the CPU");
+  };
+  ASSERT_EQ(cudaSuccess, d.upload(pool));
+  ASSERT_EQ(cudaSuccess, d.upload(o));
+  ASSERT_EQ(cudaSuccess, launch_delayed_copy(job(qsl, qsl_new), job(slots, slots_new),
+                                             prm.verify ? job(nacc, nacc_new) : CopyJob{}, 2000000, st.s));
+  PROP_ASSERT_OK(gdn::internal::gated_delta_rule_recurrent(a, st.s, force));
+  expect_cpu("metadata written by the previous kernel, read after the wait");
+  // The opt-in where it holds: the metadata (now the new values) final, the kernel before the op a
+  // delayed copy of two buffers the op does not read.
+  ASSERT_EQ(cudaSuccess, d.upload(pool));
+  ASSERT_EQ(cudaSuccess, d.upload(o));
+  a.metadata_ready_early = true;
+  ASSERT_EQ(cudaSuccess, launch_delayed_copy(job(qsl_new, qsl), CopyJob{}, CopyJob{}, 2000000, st.s));
+  PROP_ASSERT_OK(gdn::internal::gated_delta_rule_recurrent(a, st.s, force));
+  expect_cpu("metadata_ready_early");
 }
 
 std::vector<MetaParam> meta_params() {
   std::vector<MetaParam> v;
   for (DType st : {DType::kFloat32, DType::kBFloat16})
     for (int64_t n : {2, 8})
-      for (bool verify : {false, true}) {
-        v.push_back({st, n, verify, false});
-        if (st == DType::kFloat32 && n == 8) v.push_back({st, n, verify, true});
-      }
+      for (bool verify : {false, true})
+        for (Backend b : capture::test_backends(capture::Ops::kRecurrent))
+          if (b.cuda()) v.push_back({st, n, verify, b});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaPdlMeta, ::testing::ValuesIn(meta_params()), meta_name);

@@ -1,12 +1,12 @@
 // CUDA tests of the pipelined sm_90 kernels (src/cuda/recurrent_tma.cuh) on every batch, whatever
 // its size (the default choice takes them only for large batches), and of that choice:
-//   CudaPipelinedFused.MixedBatchesMatchTheCpu: gdn_attention with GDN_CUDA_TMA=1 (the fused step
-//     on the pipelined kernel, K = 128) over random mixed batches — prefills up to 20 tokens (tokens
+//   CudaPipelinedFused.MixedBatchesMatchTheCpu: gdn_attention with the pipelined step forced, with
+//     and without its conv prologue (K = 128), over random mixed batches — prefills up to 20 tokens (tokens
 //     past the 4 whose conv the conv warp computes), 1-token prefills without initial state, decodes,
 //     ragged verify sequences, padding sequences, random global row order (token_indx) or identity
 //     rows (non-spec only), both qkvz layouts, r = 1, 2 and 3, float32 and bf16 state — equals the CPU reference
 //     (outputs, z, both pools, sentinels untouched), and its z and conv pool equal, byte for byte,
-//     those of the other kernels (GDN_CUDA_TMA=0: the cluster kernel of fused_step.cuh); conv width
+//     those of the cluster kernel (fused_step.cuh); conv width
 //     4 with and without bias and width 3.
 //   Both in the rolling and the per-token verify conv layout (pools of W-1 rows and of more).
 //   CudaFusedDefault.ModelShapeBatchesMatchTheCpu: the default choice at the Qwen3-Next TP1 shape,
@@ -20,7 +20,6 @@
 
 #include "cuda_device.h"
 #include "prop_attention.h"
-#include "scoped_env.h"
 
 #ifdef GDN_WITH_CUDA
 namespace gdn::prop {
@@ -38,22 +37,16 @@ std::string param_str(const PipeParam& p) {
 }
 void PrintTo(const PipeParam& p, std::ostream* os) { *os << param_str(p); }
 
-class CudaPipelinedFused : public ::testing::TestWithParam<PipeParam> {};
+using cuda::plan::Path;
+class CudaPipelinedFused : public ::testing::TestWithParam<std::tuple<PipeParam, Path>> {};
 
-// gdn_attention on p with GDN_CUDA_TMA = tma (nullptr: unset) equals the CPU, and its z and conv
-// pool equal byte for byte those of GDN_CUDA_TMA=0 (no pipelined kernel).
-void expect_cpu_and_plain_match(AttnProblem& p, const char* tma) {
+// gdn_attention on p with kernel path `path` equals the CPU, and its z and conv pool equal byte for
+// byte those of the cluster kernel.
+void expect_cpu_and_plain_match(AttnProblem& p, Path path) {
   Buf core, z;
   make_outputs(p, &core, &z, 0);
-  AttnOut got, plain;
-  {
-    ScopedEnv env("GDN_CUDA_TMA", tma);
-    got = run_device_attention(p, core, z);
-  }
-  {
-    ScopedEnv env("GDN_CUDA_TMA", "0");
-    plain = run_device_attention(p, core, z);
-  }
+  const AttnOut got = run_device_attention(p, core, z, path);
+  const AttnOut plain = run_device_attention(p, core, z, Path::kStepCluster);
   AttnOut ref;
   PROP_ASSERT_OK(cpu_attention(p, core, z, &ref));
   expect_attention_match(p, got, ref, core, z, tol_of(p.act, p.ssm_dtype));
@@ -63,7 +56,7 @@ void expect_cpu_and_plain_match(AttnProblem& p, const char* tma) {
 
 TEST_P(CudaPipelinedFused, MixedBatchesMatchTheCpu) {
   GRAPH_SKIP_WITHOUT_GPU();
-  const PipeParam& prm = GetParam();
+  const PipeParam& prm = std::get<0>(GetParam());
   for (int run = 0; run < 6; ++run) {  // seeds x verify conv layouts
     const uint64_t seed = 9600u + run % 3;
     Rng r(seed + prm.HV * 11 + prm.V + (prm.reorder ? 5 : 0));
@@ -86,13 +79,13 @@ TEST_P(CudaPipelinedFused, MixedBatchesMatchTheCpu) {
     make_mixed_batch(p, r, m);
     fill_attention_data(p, r);
     SCOPED_TRACE(describe(p));
-    expect_cpu_and_plain_match(p, "1");
+    expect_cpu_and_plain_match(p, std::get<1>(GetParam()));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cuda, CudaPipelinedFused,
-    ::testing::Values(PipeParam{DType::kBFloat16, DType::kFloat32, 2, 4, 128, false, true, false},
+    ::testing::Combine(::testing::Values(PipeParam{DType::kBFloat16, DType::kFloat32, 2, 4, 128, false, true, false},
                       PipeParam{DType::kBFloat16, DType::kFloat32, 2, 4, 128, true, false, false},
                       PipeParam{DType::kBFloat16, DType::kBFloat16, 2, 6, 64, false, false, true},
                       PipeParam{DType::kBFloat16, DType::kBFloat16, 1, 3, 128, true, true, false},
@@ -102,19 +95,22 @@ INSTANTIATE_TEST_SUITE_P(
                       // one item per (sequence, key head) group (r = 1, V = one 16-row tile): the
                       // group-buffer rule (tma_ring.h) refuses the pipelined step, the cluster kernel runs
                       PipeParam{DType::kBFloat16, DType::kBFloat16, 2, 2, 16, false, false, false}),
-    [](const ::testing::TestParamInfo<PipeParam>& i) { return param_str(i.param); });
+                       ::testing::Values(Path::kStepPipelined, Path::kStepPipelinedPrologue)),
+    [](const ::testing::TestParamInfo<std::tuple<PipeParam, Path>>& i) {
+      return param_str(std::get<0>(i.param)) + "_" + cuda::plan::path_name(std::get<1>(i.param));
+    });
 
 // The default kernel choice at the Qwen3-Next TP1 shape (H 16, HV 32, K = V 128, bf16
 // activations): 18 sequences (8 decodes, 6 verify, 2 prefills of up to 12 tokens, 2 padding) are
 // 288 (sequence, key head) groups, so on sm_90 the default runs the pipelined fused step
-// (from GDN_TMA_MIN_GROUPS_FUSED* = 96, 128 or 192 groups), with its long-sequence hand-over; 4
+// (from 96, 128 or 192 groups on a 132-SM card), with its long-sequence hand-over; 4
 // sequences (64 groups) keep the cluster kernel; 8 decodes (128 groups) run the pipelined step (the
 // threshold of one-token batches is 96 groups); 13 verify sequences (208 groups) run it too (float32
 // verify batches from 192 groups, 16-bit from 128); 20 decodes (320 groups, at most 2 per block on the H200)
 // run the pipelined step with its conv prologue (TmaGrid::pre); 30 decodes and 5 prefills (560
-// groups, 2-3 per block on the H200) give blocks whose prologue, where forced (the pre: pass), stops
+// groups, 2-3 per block on the H200) give blocks whose prologue, where forced (the prologue path), stops
 // at a prefill after a decode's group. Each equals the CPU and, in z and the conv pool, the
-// GDN_CUDA_TMA=0 run.
+// cluster kernel's run.
 class CudaFusedDefault : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaFusedDefault, ModelShapeBatchesMatchTheCpu) {
@@ -135,7 +131,7 @@ TEST_P(CudaFusedDefault, ModelShapeBatchesMatchTheCpu) {
     make_mixed_batch(p, r, m);
     fill_attention_data(p, r);
     SCOPED_TRACE(describe(p));
-    expect_cpu_and_plain_match(p, nullptr);  // the default choice, also in the "tma:" run
+    for (Path path : {Path::kAuto, Path::kStepPipelinedPrologue}) expect_cpu_and_plain_match(p, path);
   }
 }
 

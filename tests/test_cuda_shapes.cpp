@@ -1,16 +1,16 @@
-// The CUDA recurrent op picks its kernel from the batch: float32 one-token batches of 32-128 or
-// >= 512 sequence-heads with int32 metadata the lean kernel (recurrent_lean.cuh; ctest's "lean:" pass
-// runs every CUDA test with it wherever it can run); otherwise on sm_90, batches of at least 128
-// (float32 state) or 384 (16-bit) sequence-heads (dense "vk" state, K = 128) the pipelined kernel (recurrent_tma.cuh: 1 or 4 staged
-// tokens per item, later tokens from global memory); otherwise sequences x value heads <= 64
-// (GDN_REC_SMALL_BATCH_F32 / GDN_REC_SMALL_BATCH) the small-batch shape; 16-bit K = 128 batches up to
-// 128 (GDN_REC_MID_BATCH) with at least 2 tokens per sequence the mid-batch verify form; larger
-// batches of dense 16-bit "vk" state without multi-column verify the packed kernel; the rest the
-// large-batch shape.
+// The CUDA recurrent op's planner (src/cuda/plan/) picks its kernel from the batch (tests/test_plan.cpp
+// checks the choices): on a 132-SM card, float32 one-token batches of <= 128 or >= 512
+// sequence-heads with int32 metadata the lean kernel; otherwise on sm_90, batches of at least 128
+// (float32 state) or 384 (16-bit) sequence-heads (dense "vk" state, K = 128) the pipelined kernel
+// (1 or 4 staged tokens per item, later tokens from global memory); otherwise sequences x value
+// heads <= 64 the small-batch shape; 16-bit K = 128 batches up to 128 with at least 2 tokens per
+// sequence the mid-batch verify form; larger batches of dense 16-bit "vk" state without
+// multi-column verify the packed kernel; the rest the large-batch shape. Every case runs with the
+// planner's choice and with each kernel path forced (where it can run: else the planner's).
 //   CudaShapes.BothBatchShapesMatchTheCpu: Qwen3-Next TP1 heads (H 16, HV 32, K = V 128), N = 2
 //     (64 sequence-heads), N = 4 (128: the mid-batch form for 16-bit verify, short and long
-//     batches; for float32 the lean kernel (decode, skewed) or the pipelined one on sm_90) and N = 12 (384: the pipelined kernel on sm_90, and again with
-//     GDN_CUDA_TMA=0: the register kernels), for each state dtype; and N = 16 (512) float32 decode
+//     batches; for float32 the lean kernel (decode, skewed) or the pipelined one on sm_90) and N = 12
+//     (384: the pipelined kernel on sm_90), for each state dtype; and N = 16 (512) float32 decode
 //     (lean) and verify / long (float32 verify batches of 512-4095 sequence-heads stay on the
 //     register kernel): decode (non-spec, one token per
 //     sequence), short non-spec sequences of 1..3 tokens (one launch mixes one-token and longer
@@ -20,14 +20,12 @@
 //     batches (float32 at N = 4, 12, 16, bf16 at N = 12: every fourth sequence on the null slot,
 //     one with zero tokens, one of 2 tokens without an initial state), and 16-bit decode and padded
 //     one-token batches at N = 64 (2048 sequence-heads: the lean kernel's staged form); outputs and
-//     every state slot against the CPU backend. (ctest also runs every CUDA test with
-//     GDN_CUDA_TMA=1, so N = 2 and the golden and property tests reach the pipelined kernel too.)
+//     every state slot against the CPU backend.
 // Tolerances: same float32 math in another summation order; outputs are bf16: rel L2 1e-2; states
 // rel L2 1e-5 in float32, 1e-2 in 16 bits (a rounding of the stored state may differ).
 #include <optional>
 
 #include "prop_ops.h"
-#include "scoped_env.h"
 
 namespace gdn::prop {
 namespace {
@@ -37,7 +35,7 @@ struct ShapeParam {
   DType state;
   int64_t n;
   Mode mode;
-  bool tma_off = false;  // GDN_CUDA_TMA=0 for this case: the register kernels take the batch
+  Backend be = Backend::kCUDA;  // CUDA with the planner's choice or a forced kernel path
 };
 std::string shape_name(const ::testing::TestParamInfo<ShapeParam>& i) {
   return std::string("state") + dtype_short(i.param.state) + "_N" + std::to_string(i.param.n) +
@@ -49,7 +47,7 @@ std::string shape_name(const ::testing::TestParamInfo<ShapeParam>& i) {
           : i.param.mode == Mode::kPadded  ? "_padded"
           : i.param.mode == Mode::kVerify6 ? "_verify6col"
                                            : "_decode") +
-         (i.param.tma_off ? "_tmaoff" : "");
+         "_" + capture::backend_name(i.param.be);
 }
 
 class CudaShapes : public ::testing::TestWithParam<ShapeParam> {};
@@ -100,12 +98,7 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
   Buf* nacc_ptr = verify ? &nacc : nullptr;
   PROP_ASSERT_OK(
       run_gdr(Backend::kCPU, false, in, pool_cpu, StateLayout::kVK, qsl, slots, nacc_ptr, init_ptr, o_cpu, null_opt));
-  {
-    std::optional<ScopedEnv> tma;
-    if (prm.tma_off) tma.emplace("GDN_CUDA_TMA", "0");
-    PROP_ASSERT_OK(
-        run_gdr(Backend::kCUDA, false, in, pool, StateLayout::kVK, qsl, slots, nacc_ptr, init_ptr, o_gpu, null_opt));
-  }
+  PROP_ASSERT_OK(run_gdr(prm.be, false, in, pool, StateLayout::kVK, qsl, slots, nacc_ptr, init_ptr, o_gpu, null_opt));
   const double tol = 1e-2;  // the outputs are bf16 in every case
   const int64_t no = o_cpu.numel();
   EXPECT_LE(rel_l2(o_gpu, o_cpu, {{0, no}}, {{0, no}}), tol) << "o: relative L2 error vs the CPU";
@@ -113,14 +106,12 @@ TEST_P(CudaShapes, BothBatchShapesMatchTheCpu) {
   for (int64_t s = 0; s < pool.rows(); ++s) expect_slot_close(pool, s, pool_cpu, s, stol, "ssm_state vs the CPU");
 }
 
-std::vector<ShapeParam> shape_params() {
+std::vector<ShapeParam> shapes() {
   std::vector<ShapeParam> v;
   for (DType st : {DType::kBFloat16, DType::kFloat16, DType::kFloat32})
     for (int64_t n : {2, 4, 12})
-      for (Mode m : {Mode::kDecode, Mode::kShort, Mode::kVerify, Mode::kVerify1, Mode::kSkewed, Mode::kLong}) {
+      for (Mode m : {Mode::kDecode, Mode::kShort, Mode::kVerify, Mode::kVerify1, Mode::kSkewed, Mode::kLong})
         v.push_back({st, n, m});
-        if (n == 12) v.push_back({st, n, m, true});
-      }
   // float32 at 512 sequence-heads: decode on the lean kernel, verify batches (2 or more
   // tokens per sequence) on the register kernel (GDN_TMA_F32_VERIFY_REG_LO)
   for (Mode m : {Mode::kDecode, Mode::kVerify, Mode::kLong}) v.push_back({DType::kFloat32, 16, m});
@@ -132,6 +123,13 @@ std::vector<ShapeParam> shape_params() {
   // 16-bit one-token batches of 2048 sequence-heads: the lean kernel's staged form by default
   for (DType st : {DType::kBFloat16, DType::kFloat16}) v.push_back({st, 64, Mode::kDecode});
   v.push_back({DType::kBFloat16, 64, Mode::kPadded});
+  return v;
+}
+std::vector<ShapeParam> shape_params() {
+  std::vector<ShapeParam> v;
+  for (const ShapeParam& s : shapes())
+    for (Backend b : capture::test_backends(capture::Ops::kRecurrent))
+      if (b.cuda()) v.push_back({s.state, s.n, s.mode, b});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaShapes, ::testing::ValuesIn(shape_params()), shape_name);

@@ -4,23 +4,23 @@
 //     equal their CPU references.
 //   CudaDeterminism.ByteIdenticalAcrossRuns: the same call from identical device inputs, 3 times:
 //     core_attn_out, z, conv_state and ssm_state identical byte for byte (docs/contract.md §6).
-//   CudaFusedLaunches.OneAndTwoLaunchesAgree: gdn_attention as one launch (thread-block clusters
-//     of the blocks of one (sequence, key head), sm_90) and as two (GDN_CUDA_FUSED_LAUNCHES=2):
-//     both equal to the CPU, z and the conv pool byte-identical, core_attn_out and ssm_state too
-//     unless the pipelined sm_90 kernel is forced (another lane split of K); a captured graph holds 1 kernel node
-//     where the cluster fits (<= 8 blocks, sm_90; 16 when the card allows) and 2 when forced, for
-//     cluster sizes 4..16 and one too large for a cluster (falls back to two launches).
+//   CudaFusedLaunches.OneAndTwoLaunchesAgree: gdn_attention as one launch (the cluster step, plain
+//     lanes: thread-block clusters of the blocks of one (sequence, key head), sm_90) and as two
+//     (forced): both equal to the CPU and byte-identical (the same summation order); a captured
+//     graph holds 1 kernel node where the cluster fits (<= 8 blocks, sm_90; 16 when the card
+//     allows) and 2 when two launches are forced, for cluster sizes 4..16 and one too large for a
+//     cluster (falls back to two launches).
 //   CudaPdl.ChainedCallsSameWithAndWithoutOverlap: three gdn_attention calls chained on the same
 //     pools (each reads the states and conv windows the previous one wrote), eager and as one
-//     captured graph, one- and two-launch forms: byte-identical with programmatic dependent launch
-//     on (default) and off (GDN_CUDA_PDL=0), so no kernel reads before its predecessor is done.
+//     captured graph, with each step kernel path: byte-identical to the same calls with the host
+//     waiting for each one (no kernel overlaps its predecessor), so programmatic dependent launch
+//     never lets a kernel read before its predecessor is done.
 // Tolerances as in test_cuda_graph.cpp (same float32 math, other summation order: 1e-5 for float32
 // activations and state, 1e-2 when either is 16-bit; copies of input bits exact).
-#include <cstdlib>
 #include <string>
 
 #include "cuda_device.h"
-#include "scoped_env.h"
+#include "forced_path.h"
 #include "prop_attention.h"
 
 #ifdef GDN_WITH_CUDA
@@ -179,16 +179,16 @@ void one_and_two_launches_agree(const LaunchParam& prm, AttnProblem& p) {
   ASSERT_EQ(cudaSuccess, cudaGetDevice(&dev));
   ASSERT_EQ(cudaSuccess, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   AttnOut out[2];
-  for (int mode = 0; mode < 2; ++mode) {  // 0: default (one launch where possible), 1: two launches
-    SCOPED_TRACE(mode == 0 ? "default" : "GDN_CUDA_FUSED_LAUNCHES=2");
-    ScopedEnv env("GDN_CUDA_FUSED_LAUNCHES", mode == 0 ? nullptr : "2");
+  for (int mode = 0; mode < 2; ++mode) {  // 0: the cluster step where it fits, 1: two launches
+    SCOPED_TRACE(mode == 0 ? "cluster step" : "two launches");
+    const cuda::plan::Override force{mode == 0 ? cuda::plan::Path::kStepCluster : cuda::plan::Path::kStepTwoLaunches};
     DeviceBufs d;
     Stream st;
     ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
     ASSERT_EQ(cudaSuccess, upload_attention(d, p, core, z));
     const GdnAttentionArgs args = device_attention_args(d, p, core, z);
     Graph g;
-    capture(st.s, g, [&](cudaStream_t s) { return gdn::gdn_attention(args, s); });
+    capture(st.s, g, [&](cudaStream_t s) { return gdn::internal::gdn_attention(args, s, force); });
     size_t nodes = 0;
     ASSERT_EQ(cudaSuccess, cudaGraphGetNodes(g.graph, nullptr, &nodes));
     if (mode == 1 || major < 9 || prm.nodes_one != 0) {
@@ -208,18 +208,9 @@ void one_and_two_launches_agree(const LaunchParam& prm, AttnProblem& p) {
   expect_attention_match(p, out[1], ref, core, z, tol_of(p.act, p.ssm_dtype));
   EXPECT_TRUE(out[0].z.same_bytes(out[1].z)) << "z: " << byte_diff(out[0].z, out[1].z);
   EXPECT_TRUE(out[0].conv.same_bytes(out[1].conv)) << "conv_state: " << byte_diff(out[0].conv, out[1].conv);
-  // The cluster kernel in its plain lane layout and the two-launch form sum in the same order: same
-  // bytes. The pipelined kernel (forced by GDN_CUDA_TMA=1 in the "tma:" run) and the cluster
-  // kernel's lean layout (float32 K = 128 state unless GDN_STEP_LEAN=0: the "stepplain:" run)
-  // spread K over the lanes differently: the CPU tolerance above is the check there.
-  auto env_is = [](const char* name, const char* v) {
-    return std::getenv(name) != nullptr && std::string(std::getenv(name)) == v;
-  };
-  const bool lean_layout = p.ssm_dtype == DType::kFloat32 && p.K == 128 && !env_is("GDN_STEP_LEAN", "0");
-  if (!env_is("GDN_CUDA_TMA", "1") && !lean_layout) {
-    EXPECT_TRUE(out[0].core.same_bytes(out[1].core)) << "core_attn_out: " << byte_diff(out[0].core, out[1].core);
-    EXPECT_TRUE(out[0].ssm.same_bytes(out[1].ssm)) << "ssm_state: " << byte_diff(out[0].ssm, out[1].ssm);
-  }
+  // The cluster kernel in its plain lane layout and the two-launch form sum in the same order.
+  EXPECT_TRUE(out[0].core.same_bytes(out[1].core)) << "core_attn_out: " << byte_diff(out[0].core, out[1].core);
+  EXPECT_TRUE(out[0].ssm.same_bytes(out[1].ssm)) << "ssm_state: " << byte_diff(out[0].ssm, out[1].ssm);
 }
 
 // Cluster = (ceil(V / rows per block), HV / H) blocks; 32 rows per block of the one-launch step at
@@ -240,42 +231,40 @@ TEST(CudaPdl, ChainedCallsSameWithAndWithoutOverlap) {
   SCOPED_TRACE(describe(p));
   Buf core, z;
   make_outputs(p, &core, &z, 0);
-  for (const char* launches : {static_cast<const char*>(nullptr), "2"}) {
-    SCOPED_TRACE(launches ? "GDN_CUDA_FUSED_LAUNCHES=2" : "default launches");
-    ScopedEnv two("GDN_CUDA_FUSED_LAUNCHES", launches);
-    AttnOut out[2][2], once;  // [pdl off, on][eager, graph]; once: a single call (pdl off, eager)
-    for (int pdl = 0; pdl < 2; ++pdl) {
-      ScopedEnv env("GDN_CUDA_PDL", pdl ? nullptr : "0");
-      for (int graph = 0; graph < 3; ++graph) {  // 2: the single call
-        if (graph == 2 && pdl) continue;
-        DeviceBufs d;
-        Stream st;
-        ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
-        ASSERT_EQ(cudaSuccess, upload_attention(d, p, core, z));
-        const GdnAttentionArgs args = device_attention_args(d, p, core, z);
-        auto chain = [&](cudaStream_t s) {
-          for (int c = 0; c < (graph == 2 ? 1 : 3); ++c) {
-            Status e = gdn::gdn_attention(args, s);
-            if (!e.ok()) return e;
-          }
-          return Status::Ok();
-        };
-        if (graph == 1) {
-          Graph g;
-          capture(st.s, g, chain);
-          ASSERT_EQ(cudaSuccess, cudaGraphLaunch(g.exec, st.s));
-        } else {
-          PROP_ASSERT_OK(chain(st.s));
+  using cuda::plan::Path;
+  for (Path path : {Path::kAuto, Path::kStepCluster, Path::kStepClusterLean, Path::kStepPipelined,
+                    Path::kStepPipelinedPrologue, Path::kStepTwoLaunches}) {
+    SCOPED_TRACE(cuda::plan::path_name(path));
+    AttnOut out[3], once;  // [host waits after each call (eager), eager, graph]; once: a single call
+    for (int mode = 0; mode < 4; ++mode) {  // 3: the single call
+      DeviceBufs d;
+      Stream st;
+      ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
+      ASSERT_EQ(cudaSuccess, upload_attention(d, p, core, z));
+      const GdnAttentionArgs args = device_attention_args(d, p, core, z);
+      auto chain = [&](cudaStream_t s) {
+        for (int c = 0; c < (mode == 3 ? 1 : 3); ++c) {
+          Status e = gdn::internal::gdn_attention(args, s, {path});
+          if (!e.ok()) return e;
+          if (mode == 0 && cudaStreamSynchronize(s) != cudaSuccess) return Status::Error("cudaStreamSynchronize");
         }
-        ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
-        ASSERT_EQ(cudaSuccess, cudaGetLastError());
-        ASSERT_EQ(cudaSuccess, download_attention(d, p, core, z, graph == 2 ? &once : &out[pdl][graph]));
+        return Status::Ok();
+      };
+      if (mode == 2) {
+        Graph g;
+        capture(st.s, g, chain);
+        ASSERT_EQ(cudaSuccess, cudaGraphLaunch(g.exec, st.s));
+      } else {
+        PROP_ASSERT_OK(chain(st.s));
       }
+      ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
+      ASSERT_EQ(cudaSuccess, cudaGetLastError());
+      ASSERT_EQ(cudaSuccess, download_attention(d, p, core, z, mode == 3 ? &once : &out[mode]));
     }
-    const AttnOut& ref = out[0][0];  // plain stream order, eager
-    for (int k = 1; k < 4; ++k) {
-      SCOPED_TRACE(::testing::Message() << (k / 2 ? "pdl on" : "pdl off") << (k % 2 ? ", graph" : ", eager"));
-      const AttnOut& a = out[k / 2][k % 2];
+    const AttnOut& ref = out[0];  // every call after the previous one finished
+    for (int k = 1; k < 3; ++k) {
+      SCOPED_TRACE(k == 1 ? "eager" : "graph");
+      const AttnOut& a = out[k];
       EXPECT_TRUE(a.core.same_bytes(ref.core)) << "core_attn_out: " << byte_diff(a.core, ref.core);
       EXPECT_TRUE(a.z.same_bytes(ref.z)) << "z: " << byte_diff(a.z, ref.z);
       EXPECT_TRUE(a.conv.same_bytes(ref.conv)) << "conv_state: " << byte_diff(a.conv, ref.conv);

@@ -199,7 +199,7 @@ TEST_P(PropAttention, ALogInTheModelDtypeEqualsFloat32OfItsValues) {
 
 std::vector<AttnParam> all_params() {
   std::vector<AttnParam> v;
-  for (Backend b : {Backend::kCPU, Backend::kCUDA})
+  for (Backend b : capture::test_backends(capture::Ops::kAttention))
     for (auto dt : {std::pair<DType, DType>{DType::kBFloat16, DType::kFloat32},
                     std::pair<DType, DType>{DType::kBFloat16, DType::kBFloat16},
                     std::pair<DType, DType>{DType::kFloat32, DType::kFloat32},

@@ -260,7 +260,7 @@ TEST_P(PropBatch, AttentionMixedBatchEqualsSeparateCalls) {
 
 std::vector<BatchParam> all_params() {
   std::vector<BatchParam> v;
-  for (Backend b : {Backend::kCPU, Backend::kCUDA})
+  for (Backend b : capture::test_backends(capture::Ops::kRecurrent))
     for (auto dt : {std::pair<DType, DType>{DType::kFloat32, DType::kFloat32},
                     std::pair<DType, DType>{DType::kBFloat16, DType::kFloat32},
                     std::pair<DType, DType>{DType::kBFloat16, DType::kBFloat16}})

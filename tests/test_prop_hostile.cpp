@@ -321,7 +321,7 @@ TEST_P(PropHostile, PrimitivesTokensPastCols) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Prop, PropHostile, ::testing::Values(Backend::kCPU, Backend::kCUDA),
+INSTANTIATE_TEST_SUITE_P(Prop, PropHostile, ::testing::ValuesIn(capture::test_backends(capture::Ops::kRecurrent)),
                          [](const ::testing::TestParamInfo<Backend>& i) { return std::string(capture::backend_name(i.param)); });
 
 }  // namespace

@@ -241,7 +241,7 @@ TEST_P(PropHostileAttention, TokensPastColsMatchComposition) {
 
 INSTANTIATE_TEST_SUITE_P(
     Prop, PropHostileAttention,
-    ::testing::Combine(::testing::Values(Backend::kCPU, Backend::kCUDA),
+    ::testing::Combine(::testing::ValuesIn(capture::test_backends(capture::Ops::kAttention)),
                        ::testing::Values(SpecConvLayout::kRolling, SpecConvLayout::kPerToken)),
     [](const ::testing::TestParamInfo<std::tuple<Backend, SpecConvLayout>>& i) {
       return std::string(capture::backend_name(std::get<0>(i.param))) + "_" + to_string(std::get<1>(i.param));

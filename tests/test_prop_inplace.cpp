@@ -117,7 +117,7 @@ TEST_P(PropInplace, InPlaceEqualsSeparateOutput) {
 
 std::vector<InplaceParam> all_params() {
   std::vector<InplaceParam> v;
-  for (Backend be : {Backend::kCPU, Backend::kCUDA})
+  for (Backend be : capture::test_backends(capture::Ops::kConv))
     for (DType act : {DType::kFloat32, DType::kBFloat16})
       for (ConvKind k : {ConvKind::kFwd, ConvKind::kDecode, ConvKind::kRolling, ConvKind::kPerToken})
         v.push_back({be, act, k});

@@ -322,7 +322,7 @@ TEST_P(PropUntouched, AttentionWritesExactlyTheRuleSet) {
 
 std::vector<UParam> all_params() {
   std::vector<UParam> v;
-  for (Backend b : {Backend::kCPU, Backend::kCUDA})
+  for (Backend b : capture::test_backends(capture::Ops::kAll))
     for (DType act : {DType::kFloat32, DType::kBFloat16})
       for (bool strided : {false, true}) v.push_back({b, act, strided});
   return v;

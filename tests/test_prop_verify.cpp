@@ -189,7 +189,7 @@ TEST_P(PropVerify, VerifyThenAcceptEqualsDecode) {
 
 std::vector<VerifyParam> all_params() {
   std::vector<VerifyParam> v;
-  for (Backend b : {Backend::kCPU, Backend::kCUDA})
+  for (Backend b : capture::test_backends(capture::Ops::kRecurrent))
     for (DType act : {DType::kFloat32, DType::kBFloat16})
       for (DType st : {DType::kFloat32, DType::kBFloat16})
         for (StateLayout sl : {StateLayout::kVK, StateLayout::kKV})

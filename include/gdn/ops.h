@@ -84,6 +84,12 @@ struct GatedDeltaRuleArgs {
   std::optional<int64_t> null_block_id;
   bool qk_l2norm = true;           // q^ = q / |q| scale, k^ = k / |k| (eps 1e-6)
   bool beta_sigmoid = true;        // beta = sigmoid(b)
+  // CUDA, sm_90: the metadata tensors (query_start_loc, state indices, num_accepted_tokens,
+  // has_initial_state) are already final when the kernel launched right before this op on the
+  // stream starts, and that kernel does not write them. The op's kernels may then read them
+  // before that kernel has finished (programmatic dependent launch), so their state loads start
+  // earlier. Otherwise (the default) every read waits for the previous kernel. Ignored on the CPU.
+  bool metadata_ready_early = false;
 };
 using GatedDeltaRuleRecurrentArgs = GatedDeltaRuleArgs;
 using GatedDeltaRuleChunkedArgs = GatedDeltaRuleArgs;
@@ -121,6 +127,12 @@ struct GdnAttentionArgs {
   // rows 0..W-2 of the slot of column a-1, after token t rows 0..W-2 of the slot of column t;
   // conv_state rows >= W-1) or one rolling line in the slot of column 0 (rows >= W-2+cols).
   SpecConvLayout spec_conv_layout = SpecConvLayout::kPerToken;
+  // CUDA, sm_90: the metadata tensors (query_start_loc, state indices, num_accepted_tokens,
+  // has_initial_state) are already final when the kernel launched right before this op on the
+  // stream starts, and that kernel does not write them. The op's kernels may then read them
+  // before that kernel has finished (programmatic dependent launch), so their state loads start
+  // earlier. Otherwise (the default) every read waits for the previous kernel. Ignored on the CPU.
+  bool metadata_ready_early = false;
 };
 
 // Host-side argument validation (no memory is read through the pointers). Ok means the call is

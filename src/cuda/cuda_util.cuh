@@ -121,19 +121,6 @@ inline bool aligned16(const void* ptr, int64_t row_stride, size_t es) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (row_stride * static_cast<int64_t>(es)) % 16 == 0;
 }
 
-// Whether environment variable `name` is set to exactly `value` (read at each call: tests switch
-// kernel choices within one process).
-inline bool env_equals(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == value;
-}
-// Environment variable `name` as an integer clamped to [lo, hi], or `fallback` where it is unset
-// (tuning knobs read at launch).
-inline int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* e = std::getenv(name);
-  return e == nullptr ? fallback : std::max(lo, std::min(hi, std::atoi(e)));
-}
-
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
 
 // Programmatic dependent launch (sm_90+). Every kernel of this backend starts with pdl_start():
@@ -149,23 +136,12 @@ __device__ __forceinline__ void pdl_start() {
 #endif
 }
 
-// Whether launches ask for programmatic overlap with the stream's previous kernel: on sm_90+
-// unless GDN_CUDA_PDL=0 (read at each launch: benchmarks compare both).
+// Whether launches ask for programmatic overlap with the stream's previous kernel: on sm_90+.
 inline bool pdl_enabled() {
-  if (env_equals("GDN_CUDA_PDL", "0")) return false;
   int dev = 0, major = 0;
   return cudaGetDevice(&dev) == cudaSuccess &&
          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
 }
-
-// GDN_CUDA_EARLY_META=1 (an opt-in of the caller, read at each launch; needs programmatic overlap):
-// the register kernels of the recurrent ops read the step's metadata (query_start_loc,
-// state_indices, num_accepted_tokens, has_initial_state) before their griddepcontrol.wait, so
-// the state loads start as soon as the previous kernel is done. The caller guarantees that no
-// kernel that may still run when the op's kernel starts (the kernel launched right before it on
-// the stream) writes those tensors; otherwise the op may read them stale. Every other read stays
-// after the wait.
-inline bool early_meta_enabled() { return env_equals("GDN_CUDA_EARLY_META", "1") && pdl_enabled(); }
 
 // One kernel launch of this backend: grid, block, dynamic shared memory, stream, programmatic
 // overlap where pdl_enabled(), and optionally a cluster shape.

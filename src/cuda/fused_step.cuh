@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "cuda/conv_channel.cuh"
+#include "cuda/plan/plan.h"
 #include "cuda/rec_common.cuh"
 
 namespace gdn::cuda {
@@ -34,13 +35,6 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
-// Sequence-heads up to which the one-launch step is launched with programmatic overlap. H200,
-// overlap took 1-4% off at 16-96 sequence-heads, but cost 7-20% at
-// 128-144 (TP1 N = 4, TP4 N = 16, 27B N = 3: bf16 12.5 vs 10.8 us) and up to 11% above (27B bf16
-// N = 8); without it from 128 on.
-#ifndef GDN_STEP_PDL_HEADS
-#define GDN_STEP_PDL_HEADS 96
-#endif
 #ifndef GDN_STEP_W_SMEM
 #define GDN_STEP_W_SMEM 1
 #endif
@@ -151,14 +145,22 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
     }
   }
   const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
+  // per token: the raw slot of column t + 1, requested one token ahead (validated where it is used)
+  int64_t next_slot = -1;
+  if constexpr (kPerToken)
+    if (per_token && ch >= 0 && g.cols > 0) next_slot = g.slots(i, 0);
   cluster_wait();  // every block of the cluster has started: pushes may begin
 
   for (int64_t t = 0; t < tr.len; ++t) {
     const int buf = static_cast<int>(t & 1);
     const int64_t row = global_row(g, tr.begin + t, out_rows);
-    int64_t tslot = -1;  // per token: where the window after u_t goes, requested with u_t
-    if constexpr (kPerToken)
-      if (per_token && ch >= 0 && t < g.cols) tslot = per_token_slot(g, p.conv, i, t, p.has_null, p.null_id);
+    int64_t tslot = -1;  // per token: where the window after u_t goes (-1: none)
+    if constexpr (kPerToken) {
+      if (per_token && ch >= 0 && t < g.cols) {
+        tslot = rules::slot_valid(next_slot, p.conv.num_slots, p.has_null, p.null_id) ? next_slot : -1;
+        if (t + 1 < g.cols) next_slot = g.slots(i, t + 1);
+      }
+    }
     if (ch >= 0) {
       const TAct x = static_cast<const TAct*>(p.src.qkvz)[row * p.src.qkvz_rs + col];
       float a = bias;
@@ -216,67 +218,86 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
 #endif
 }
 
-// The step kernel `kernel` with traits Tr, if the card and the cluster allow (see launch_fused_step).
+// The cluster shape of the step kernel with traits Tr: (ceil(V / kRows), r) blocks, at most 16,
+// with one conv channel per thread for a block's share (planner fact Problem::cluster_ok).
 template <typename Tr>
-std::optional<Status> launch_step_kernel(void (*kernel)(RecurrentParams), const RecurrentParams& p, int64_t nseq,
-                                         cudaStream_t stream) {
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
-    return std::nullopt;
+bool step_cluster_ok(const RecurrentParams& p) {
+  const int64_t gx = (p.V + Tr::kRows - 1) / Tr::kRows, csize = gx * p.r;
+  if (csize > 16 || p.HV % p.r != 0) return false;
+  const int64_t per = (2 * p.K + csize - 1) / csize;
+  return per + Tr::kRows <= Tr::kThreads;
+}
+template <typename Tr>
+int64_t step_cluster_blocks(const RecurrentParams& p) {
+  return (p.V + Tr::kRows - 1) / Tr::kRows * p.r;
+}
+
+// The launch of the step kernel `kernel` (traits Tr) for nseq sequences.
+template <typename Tr>
+Launch step_launch(void (*kernel)(RecurrentParams), const RecurrentParams& p, int64_t nseq, bool overlap,
+                   cudaStream_t stream) {
   const unsigned gx = static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows);
-  const unsigned csize = gx * static_cast<unsigned>(p.r);
-  if (csize > 16 || p.HV % p.r != 0) return std::nullopt;
-  const int per = static_cast<int>((2 * p.K + csize - 1) / csize);
-  if (per + Tr::kRows > Tr::kThreads) return std::nullopt;
-  // programmatic overlap with the previous kernel up to GDN_STEP_PDL_HEADS sequence-heads
-  const bool overlap = nseq * p.HV <= GDN_STEP_PDL_HEADS;
   Launch launch(dim3(gx, static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq)), Tr::kThreads, 0, stream,
                 overlap);
   launch.cluster(gx, static_cast<unsigned>(p.r));
-  if (csize > 8) {  // non-portable sizes: allowed on H100/H200, if such a cluster fits
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the attribute's error: the two-launch form runs instead
-      return std::nullopt;
-    }
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg) != cudaSuccess || clusters < 1) {
-      (void)cudaGetLastError();
-      return std::nullopt;
-    }
-  }
-  return launch(kernel, p);
+  (void)kernel;
+  return launch;
 }
 
-// The lean lane layout (StepTraits<TS, true>) for float32 dense K = 128 state where it measured
-// faster on the H200 (-3 to -24% for the Qwen3-Next shapes, whose clusters
-// are <= 8 blocks, and for 12-block clusters (Qwen3.6-27B) up to GDN_STEP_LEAN_GROUPS (sequence, key
-// head) groups; +4 to +19% above). GDN_STEP_LEAN in the environment: 0 never, 1 always (tests, A/B).
-#ifndef GDN_STEP_LEAN_GROUPS
-#define GDN_STEP_LEAN_GROUPS 32
-#endif
-
-// Launches the one-launch step when the card has clusters (sm_90+), a cluster of
-// (ceil(V / kRows), r) blocks can be resident, and one channel per thread covers a block's share;
-// nullopt (nothing launched) otherwise.
-template <typename TAct, typename TS, int KP, bool kDense>
-std::optional<Status> launch_fused_step(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
-  // the per-token conv instance only where verify sequences keep their windows per draft slot
-  auto go = [&](auto lean_tag, auto per_token_tag) {
-    constexpr bool kL = decltype(lean_tag)::value, kPT = decltype(per_token_tag)::value;
-    return launch_step_kernel<StepTraits<TS, kL>>(fused_step_kernel<TAct, TS, KP, kDense, kL, kPT>, p, nseq, stream);
-  };
-  auto layout = [&](auto lean_tag) {
-    return p.per_token_verify() ? go(lean_tag, std::true_type{}) : go(lean_tag, std::false_type{});
-  };
-  if constexpr (sizeof(TS) == 4 && KP == 128 && kDense) {
-    static_assert(StepTraits<TS, true>::kRows == StepTraits<TS>::kRows, "one cluster shape for both layouts");
-    const int64_t csize = (p.V + StepTraits<TS>::kRows - 1) / StepTraits<TS>::kRows * p.r;
-    const bool fits = csize <= 8 || nseq * (p.HV / p.r) <= GDN_STEP_LEAN_GROUPS;
-    if (env_equals("GDN_STEP_LEAN", "1") || (fits && !env_equals("GDN_STEP_LEAN", "0")))
-      return layout(std::true_type{});
+// Whether a cluster of `kernel` can be resident on the current device (sm_90+; non-portable sizes
+// above 8 blocks allowed on H100/H200 where such a cluster fits).
+template <typename Tr>
+bool step_cluster_resident(void (*kernel)(RecurrentParams), const RecurrentParams& p, int64_t nseq) {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9) {
+    (void)cudaGetLastError();
+    return false;
   }
-  return layout(std::false_type{});
+  Launch launch = step_launch<Tr>(kernel, p, nseq, false, nullptr);
+  if (step_cluster_blocks<Tr>(p) > 8 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    (void)cudaGetLastError();  // a query's error is not the caller's: the two-launch form runs instead
+    return false;
+  }
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg) != cudaSuccess || clusters < 1) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+// The step kernel instance: lean lanes (float32 dense K = 128 state) or not, per-token conv windows
+// or not.
+template <typename TAct, typename TS, int KP, bool kDense, bool kLean, bool kPerToken>
+constexpr auto step_kernel() {
+  return fused_step_kernel<TAct, TS, KP, kDense, kLean && sizeof(TS) == 4 && KP == 128 && kDense, kPerToken>;
+}
+template <typename TAct, typename TS, int KP, bool kDense>
+auto step_kernel_of(bool lean, bool per_token) {
+  return lean ? (per_token ? step_kernel<TAct, TS, KP, kDense, true, true>() : step_kernel<TAct, TS, KP, kDense, true, false>())
+              : (per_token ? step_kernel<TAct, TS, KP, kDense, false, true>()
+                           : step_kernel<TAct, TS, KP, kDense, false, false>());
+}
+template <typename TS, int KP, bool kDense>
+constexpr bool kStepLeanLanes = sizeof(TS) == 4 && KP == 128 && kDense;
+
+// Launches the planned step kernel (lean lanes: kStepClusterLean).
+template <typename TAct, typename TS, int KP, bool kDense>
+Status launch_fused_step(const RecurrentParams& p, int64_t nseq, const plan::Plan& pl, cudaStream_t stream) {
+  const bool lean = pl.path == plan::Path::kStepClusterLean && kStepLeanLanes<TS, KP, kDense>;
+  auto kernel = step_kernel_of<TAct, TS, KP, kDense>(lean, pl.per_token);
+  Launch launch = lean ? step_launch<StepTraits<TS, true>>(kernel, p, nseq, pl.overlap, stream)
+                       : step_launch<StepTraits<TS>>(kernel, p, nseq, pl.overlap, stream);
+  return launch(kernel, p);
+}
+template <typename TAct, typename TS, int KP, bool kDense>
+bool fused_step_resident(const RecurrentParams& p, int64_t nseq, bool lean) {
+  lean = lean && kStepLeanLanes<TS, KP, kDense>;
+  auto kernel = step_kernel_of<TAct, TS, KP, kDense>(lean, p.per_token_verify());
+  return lean ? step_cluster_resident<StepTraits<TS, true>>(kernel, p, nseq)
+              : step_cluster_resident<StepTraits<TS>>(kernel, p, nseq);
 }
 
 }  // namespace gdn::cuda

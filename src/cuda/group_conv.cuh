@@ -104,22 +104,35 @@ __device__ __forceinline__ void gc_load_global(const RecurrentParams& p, const G
   }
 }
 
+// A per-token verify group's window slots (kPT): after token t < nt, rows 0..W-2 of s[t] (-1: none);
+// one entry otherwise, unused. Resolved once per group, before its chunks.
+template <int kTok, bool kPT>
+struct GcSlots {
+  int64_t s[kPT ? kTok : 1];
+};
+template <int kTok, bool kPT>
+__device__ __forceinline__ GcSlots<kTok, kPT> gc_token_slots(const RecurrentParams& p, const GroupMeta& g,
+                                                             const GroupConv& gc) {
+  GcSlots<kTok, kPT> ts{};
+  if constexpr (kPT)
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) ts.s[t] = t < gc.nt ? per_token_slot(g, p.conv, gc.i, t, p.has_null, p.null_id) : -1;
+  return ts;
+}
+
 // A chunk ([q | k | v] index c): y_t = act(bias + sum_j w_j (window ++ tokens)[t + j]) into
 // buf row t (kRow elements), then its new pool rows (the same CH channels) through put(row, vec)
 // in slot0, or (kPT: a per-token verify group, an instance of its own) put_slot(slot, row, vec).
+// tslot (kPT): gc_token_slots of the group.
 template <typename TAct, int kTok, int kW, bool kPT, typename Put, typename PutSlot>
 __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupMeta& g, const GroupConv& gc,
-                                          const GcChunk<TAct, kTok>& in, int c, TAct* buf, int kRow, Put put,
-                                          PutSlot put_slot) {
+                                          const GcChunk<TAct, kTok>& in, int c, TAct* buf, int kRow,
+                                          const GcSlots<kTok, kPT>& tslot, Put put, PutSlot put_slot) {
   using C = GcChunk<TAct, kTok>;
   constexpr int CH = C::kCH;
   const int W = kW ? kW : p.conv.W, W1 = W - 1;
   const TAct(&x)[C::kN][CH] = *reinterpret_cast<const TAct(*)[C::kN][CH]>(in.u);
   const bool has_bias = p.conv.bias != nullptr;
-  int64_t tslot[kPT ? kTok : 1];  // per token: the slots the windows go to, requested before the conv
-  if constexpr (kPT)
-#pragma unroll
-    for (int t = 0; t < kTok; ++t) tslot[t] = t < gc.nt ? per_token_slot(g, p.conv, gc.i, t, p.has_null, p.null_id) : -1;
 #pragma unroll
   for (int t = 0; t < kTok; ++t) {
     if (t >= gc.len) break;
@@ -135,7 +148,7 @@ __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupM
   if constexpr (kPT) {  // after token t < nt: rows 0..W-2 of column t's slot <- elements t+1..t+W-1
 #pragma unroll
     for (int t = 0; t < kTok; ++t) {
-      const int64_t slot = tslot[t];
+      const int64_t slot = tslot.s[t];
       if (slot < 0) continue;
 #pragma unroll
       for (int pos = 0; pos < C::kN; ++pos) {  // element s sits at kGcM - W1 + s: row pos - (kGcM - W1) - t - 1

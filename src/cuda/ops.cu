@@ -45,9 +45,6 @@ ConvRef conv_ref(const TensorView& state, const TensorView& weight, const Tensor
   return c;
 }
 
-// GDN_CUDA_FUSED_LAUNCHES=2 forces gdn_attention's two-launch form (tests compare both; benchmarks).
-bool two_launches_forced() { return env_equals("GDN_CUDA_FUSED_LAUNCHES", "2"); }
-
 // Runs fn with the tensors' device current, restoring the caller's afterwards.
 template <typename F>
 Status on_device(int device, F fn) {
@@ -61,23 +58,22 @@ Status on_device(int device, F fn) {
 
 // fused: gdn_attention's step; *one_launch: the conv pool and z were done by the same launch.
 template <typename TAct>
-Status launch_recurrent_state(const RecurrentParams& p, DType state, bool fused, cudaStream_t stream,
-                              bool* one_launch) {
-  const bool allow = fused && !two_launches_forced();
+Status launch_recurrent_state(const RecurrentParams& p, DType state, bool fused, plan::Override force,
+                              cudaStream_t stream, bool* one_launch) {
   switch (state) {
-    case DType::kFloat32: return launch_recurrent<TAct, float>(p, fused, allow, stream, one_launch);
-    case DType::kBFloat16: return launch_recurrent<TAct, __nv_bfloat16>(p, fused, allow, stream, one_launch);
-    case DType::kFloat16: return launch_recurrent<TAct, __half>(p, fused, allow, stream, one_launch);
+    case DType::kFloat32: return launch_recurrent<TAct, float>(p, fused, force, stream, one_launch);
+    case DType::kBFloat16: return launch_recurrent<TAct, __nv_bfloat16>(p, fused, force, stream, one_launch);
+    case DType::kFloat16: return launch_recurrent<TAct, __half>(p, fused, force, stream, one_launch);
     default: return Status::Error(std::string("unsupported SSM state dtype ") + dtype_name(state));
   }
 }
 
-Status launch_recurrent_any(const RecurrentParams& p, DType act, DType state, bool fused, cudaStream_t stream,
-                            bool* one_launch) {
+Status launch_recurrent_any(const RecurrentParams& p, DType act, DType state, bool fused, plan::Override force,
+                            cudaStream_t stream, bool* one_launch) {
   switch (act) {
-    case DType::kFloat32: return launch_recurrent_state<float>(p, state, fused, stream, one_launch);
-    case DType::kBFloat16: return launch_recurrent_state<__nv_bfloat16>(p, state, fused, stream, one_launch);
-    case DType::kFloat16: return launch_recurrent_state<__half>(p, state, fused, stream, one_launch);
+    case DType::kFloat32: return launch_recurrent_state<float>(p, state, fused, force, stream, one_launch);
+    case DType::kBFloat16: return launch_recurrent_state<__nv_bfloat16>(p, state, fused, force, stream, one_launch);
+    case DType::kFloat16: return launch_recurrent_state<__half>(p, state, fused, force, stream, one_launch);
     default: return Status::Error(std::string("unsupported activation dtype ") + dtype_name(act));
   }
 }
@@ -172,7 +168,7 @@ Status causal_conv1d_update(const CausalConv1dUpdateArgs& a, void* stream) {
                             a.spec_layout == SpecConvLayout::kPerToken, stream);
 }
 
-Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream) {
+Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream, plan::Override force) {
   GDN_RETURN_IF_ERROR(supports_recurrent(a));
   RecurrentParams p;
   p.group[0] = group_meta(a.query_start_loc, a.state_indices, a.num_accepted_tokens, a.has_initial_state, TensorView{},
@@ -197,24 +193,24 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream) {
   p.has_null = a.null_block_id.has_value();
   p.null_id = a.null_block_id.value_or(0);
   return on_device(a.q.device_index, [&] {
-    p.early_meta = early_meta_enabled();
+    p.early_meta = a.metadata_ready_early && pdl_enabled();
     bool one_launch = false;
-    return launch_recurrent_any(p, a.q.dtype, a.ssm_state.dtype, false, static_cast<cudaStream_t>(stream),
+    return launch_recurrent_any(p, a.q.dtype, a.ssm_state.dtype, false, force, static_cast<cudaStream_t>(stream),
                                 &one_launch);
   });
 }
 
 // The chunked CUDA kernel does not exist yet: prefill sequences go through the recurrent kernel,
 // which computes the same recurrence (validated as non-spec only).
-Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream) {
+Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan::Override force) {
   GDN_RETURN_IF_ERROR(supports_chunked(a));
-  return cuda::gated_delta_rule_recurrent(a, stream);
+  return cuda::gated_delta_rule_recurrent(a, stream, force);
 }
 
 // conv + gates + l2 norm + recurrence for every sequence of both groups, reading the conv pool;
 // the conv pool update and the z copy in the same launch (thread-block clusters, sm_90+) or in a
 // second one (conv.cu).
-Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
+Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override force) {
   GDN_RETURN_IF_ERROR(supports(a));
   const rules::ProjLayout L = rules::proj_layout(a);
   const int64_t n_ns = a.num_prefills + a.num_decodes, n_sp = a.num_spec_decodes;
@@ -260,10 +256,10 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream) {
   static_cast<StepParams&>(cp) = step;
   const DType act = a.projected_states_qkvz.dtype;
   return on_device(a.projected_states_qkvz.device_index, [&] {
-    rp.early_meta = early_meta_enabled();
+    rp.early_meta = a.metadata_ready_early && pdl_enabled();
     auto s = static_cast<cudaStream_t>(stream);
     bool one_launch = false;
-    GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true, s, &one_launch));
+    GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true, force, s, &one_launch));
     return one_launch ? Status::Ok() : launch_conv(cp, act, true, s);
   });
 }

@@ -80,7 +80,7 @@ struct RecurrentParams : StepParams {
   int64_t o_rs = 0;
   int H = 0, HV = 0, K = 0, V = 0, r = 1;
   float scale = 1.f;
-  bool early_meta = false;  // the register kernels read the metadata before pdl_start() (early_meta_enabled)
+  bool early_meta = false;  // the register kernels read the metadata before pdl_start() (metadata_ready_early)
 };
 // The primitive op's tokens (both groups' local token bounds), and whether a batch of nseq sequences
 // has on average 2 or more of them per sequence (verify-like: the kernel choices of recurrent.cuh

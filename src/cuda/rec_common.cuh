@@ -57,17 +57,10 @@ namespace gdn::cuda {
 #endif
 
 // Small batches are latency-bound: there the plain kernel uses a shape with fewer rows per lane
-// group (more, shorter blocks) when sequences x value heads <= GDN_REC_SMALL_BATCH_F32 (float32
-// state) or GDN_REC_SMALL_BATCH (16-bit); GDN_REC_SMALL_BATCH in the environment overrides both at
-// launch (sweeps, tests). H200, one-warp blocks of 2 rows per 16-lane
+// group (more, shorter blocks) when sequences x value heads <= register_small_f32 (float32 state) or
+// register_small_16 (16-bit; plan/tuning.h). H200, one-warp blocks of 2 rows per 16-lane
 // group, 16 resident (room for GDN_REC_TB_SMALL tokens' inputs in registers), beat the large-batch
 // shape by 8-19% at 32 sequence-heads; above 64 they lose.
-#ifndef GDN_REC_SMALL_BATCH
-#define GDN_REC_SMALL_BATCH 64
-#endif
-#ifndef GDN_REC_SMALL_BATCH_F32
-#define GDN_REC_SMALL_BATCH_F32 64
-#endif
 // The small-batch shape (warps per block, lanes per row, rows per lane, resident blocks per SM),
 // as macros so that a sweep can build other shapes (-D in CMAKE_CUDA_FLAGS).
 #ifndef GDN_REC_SMALL_WARPS
@@ -83,12 +76,9 @@ namespace gdn::cuda {
 #define GDN_REC_SMALL_MB 16
 #endif
 
-// Mid batches of 16-bit verify (GDN_REC_SMALL_BATCH < sequences x value heads <= GDN_REC_MID_BATCH,
+// Mid batches of 16-bit verify (register_small_16 < sequences x value heads <= register_mid_16,
 // at least 2 tokens per sequence on average; K = 128): the large-batch shape with GDN_REC_TB_MID
 // tokens staged at once and GDN_REC_MID_MB resident blocks (room for the staged tokens' registers).
-#ifndef GDN_REC_MID_BATCH
-#define GDN_REC_MID_BATCH 128
-#endif
 #ifndef GDN_REC_MID_MB
 #define GDN_REC_MID_MB 16
 #endif

@@ -159,25 +159,84 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
       if (row0 + j * G < p.V) store_row<TState, KP, EPL, kDense>(p, si.slot0, hv, row0 + j * G, ln, s[j]);
 }
 
-// The packed kernel takes 16-bit dense "vk" rows (GDN_REC_PACKED above) of K = 128, the head dim
-// its device tests and measurements cover; other K keep recurrent_kernel.
-template <typename TS, int KP>
-bool use_packed(const RecurrentParams& p) {
-  if (KP != 128 || GDN_REC_PACKED == 0 || p.kv_layout || !p.state_vec || p.K != KP) return false;
-  if (GDN_REC_PACKED == 2)
-    for (const GroupMeta& g : p.group)
-      if (g.n > 0 && g.spec && g.cols > 1) return false;
-  return true;
+// The planner's view of a launch and the device's answers to its questions (plan/plan.h).
+template <typename TAct, typename TS, int KP>
+class KernelFacts final : public plan::Facts {
+ public:
+  KernelFacts(const RecurrentParams& p, int64_t nseq, bool fused, int dev, int sms)
+      : p_(p), nseq_(nseq), fused_(fused), dev_(dev), sms_(sms) {}
+  int sms() const override { return sms_; }
+  int64_t pipelined_blocks(int kTok) const override {
+    return fused_ ? cuda::pipelined_blocks<TAct, TS, KP, true>(dev_, kTok)
+                  : cuda::pipelined_blocks<TAct, TS, KP, false>(dev_, kTok);
+  }
+  bool cluster_resident(bool lean) const override {
+    using Tr = RecTraits<TS, true, kFormLarge>;
+    const bool dense = kHasVec<TS, KP / Tr::kLanes> && !p_.kv_layout && p_.state_vec && p_.K == KP;
+    return dense ? fused_step_resident<TAct, TS, KP, true>(p_, nseq_, lean)
+                 : fused_step_resident<TAct, TS, KP, false>(p_, nseq_, lean);
+  }
+  int lean_blocks_per_sm(bool spec) const override { return cuda::lean_blocks_per_sm<TS>(spec); }
+
+ private:
+  const RecurrentParams& p_;
+  int64_t nseq_;
+  bool fused_;
+  int dev_, sms_;
+};
+
+template <typename TAct, typename TS, int KP>
+plan::Problem plan_problem(const RecurrentParams& p, int64_t nseq, bool fused) {
+  plan::Problem pb;
+  pb.step = fused;
+  pb.state_bytes = static_cast<int>(sizeof(TS));
+  pb.K = p.K, pb.V = p.V, pb.H = p.H, pb.HV = p.HV, pb.r = p.r;
+  pb.nseq = nseq;
+  pb.tokens = fused ? p.src.num_actual_tokens : batch_tokens(p);
+  pb.spec = p.group[0].n > 0 ? p.group[0].spec : p.group[1].spec;
+  for (const GroupMeta& g : p.group) pb.verify_cols |= g.n > 0 && g.spec && g.cols > 1;
+  pb.dense = !p.kv_layout && p.state_vec;
+  pb.pipelined_ok = fused ? pipelined_ok<TAct, TS, KP, true>(p, nseq) : pipelined_ok<TAct, TS, KP, false>(p, nseq);
+  if (fused) {
+    pipelined_problem<TAct, TS, KP, true>(p, pb);
+    pb.cluster_ok = step_cluster_ok<StepTraits<TS>>(p);
+    pb.cluster_blocks = step_cluster_blocks<StepTraits<TS>>(p);
+    pb.per_token_verify = p.per_token_verify();
+  } else {
+    pipelined_problem<TAct, TS, KP, false>(p, pb);
+    if constexpr (KP == 128) lean_problem<TAct, TS>(p, nseq, pb.spec, pb);
+  }
+  return pb;
+}
+
+// The device's compute capability and SM count, queried once per device.
+inline Status device_of(int* dev, int* major, int* sms) {
+  constexpr int kMaxDev = 64;
+  static int majors[kMaxDev], counts[kMaxDev];  // 0: not yet queried
+  GDN_CUDA_CHECK(cudaGetDevice(dev));
+  if (*dev >= 0 && *dev < kMaxDev && counts[*dev] > 0) {
+    *major = majors[*dev], *sms = counts[*dev];
+    return Status::Ok();
+  }
+  GDN_CUDA_CHECK(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, *dev));
+  GDN_CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *dev));
+  if (*dev >= 0 && *dev < kMaxDev) majors[*dev] = *major, counts[*dev] = *sms;  // same values from any thread
+  return Status::Ok();
 }
 
 template <typename TAct, typename TS>
-Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_launch, cudaStream_t stream,
+Status launch_recurrent(const RecurrentParams& p, bool fused, plan::Override force, cudaStream_t stream,
                         bool* one_launch) {
   *one_launch = false;
   const int64_t nseq = p.group[0].n + p.group[1].n;
   if (nseq == 0) return Status::Ok();  // (fused: the caller's conv kernel copies z)
+  int dev = 0, major = 0, sms = 0;
+  GDN_RETURN_IF_ERROR(device_of(&dev, &major, &sms));
   auto go = [&](auto kp_tag) -> Status {
     constexpr int KP = decltype(kp_tag)::value;
+    const KernelFacts<TAct, TS, KP> facts(p, nseq, fused, dev, sms);
+    const plan::Problem pb = plan_problem<TAct, TS, KP>(p, nseq, fused);
+    const plan::Plan pl = plan::plan_launch(pb, major, facts, force);
     auto run = [&](auto fused_tag, auto form_tag) -> Status {
       constexpr bool kF = decltype(fused_tag)::value;
       constexpr int kFm = decltype(form_tag)::value;
@@ -185,16 +244,12 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
       constexpr int EPL = KP / Tr::kLanes;
       const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == KP;
       if constexpr (kF) {
-        if (allow_one_launch) {  // the one-launch step has the plain kernel's (large-batch) lanes
+        if (pl.path == plan::Path::kStepCluster || pl.path == plan::Path::kStepClusterLean) {
           static_assert(RecTraits<TS, false>::kLanes == Tr::kLanes, "one dense decision for both fused forms");
-          std::optional<Status> st = launch_tma<TAct, TS, KP, true>(p, nseq, stream);  // pipelined (sm_90)
-          if (!st)
-            st = dense ? launch_fused_step<TAct, TS, KP, true>(p, nseq, stream)
-                       : launch_fused_step<TAct, TS, KP, false>(p, nseq, stream);
-          if (st) {
-            *one_launch = st->ok();
-            return *st;
-          }
+          const Status st = dense ? launch_fused_step<TAct, TS, KP, true>(p, nseq, pl, stream)
+                                  : launch_fused_step<TAct, TS, KP, false>(p, nseq, pl, stream);
+          *one_launch = st.ok();
+          return st;
         }
       }
       const dim3 grid(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
@@ -208,31 +263,43 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_lau
     using Large = std::integral_constant<int, kFormLarge>;
     using Small = std::integral_constant<int, kFormSmall>;
     using Mid = std::integral_constant<int, kFormMid>;
-    // gdn_attention: the fused forms (one launch where the card allows, else recurrent_kernel's
-    // fused form). The primitive op: the lean kernel where it applies and measured faster
-    // (recurrent_lean.cuh: decode and verify batches), else the pipelined sm_90
-    // kernel where it applies (recurrent_tma.cuh: large batches of dense K = 128 state), else the
-    // small-batch shape, the mid-batch verify form, the packed kernel, or the large-batch shape.
-    if (fused) return run(T{}, Large{});
-    if constexpr (KP == 128)
-      if (std::optional<Status> st = launch_lean<TAct, TS>(p, nseq, stream)) return *st;
-    if (std::optional<Status> st = launch_tma<TAct, TS, KP, false>(p, nseq, stream)) return *st;
-    const int small = env_int("GDN_REC_SMALL_BATCH", sizeof(TS) == 4 ? GDN_REC_SMALL_BATCH_F32 : GDN_REC_SMALL_BATCH,
-                              0, 1 << 30);
-    if (nseq * p.HV <= small) return run(F{}, Small{});
-    if constexpr (sizeof(TS) == 2 && KP == 128) {  // GDN_REC_MID_BATCH in the environment: 0 turns it off
-      if (nseq * p.HV <= env_int("GDN_REC_MID_BATCH", GDN_REC_MID_BATCH, 0, 1 << 30) && multi_token(p, nseq))
-        return run(F{}, Mid{});
-    }
-    if constexpr (sizeof(TS) == 2) {
-      if constexpr (KP == 128)
-        if (use_packed<TS, KP>(p)) {
+    switch (pl.path) {
+      case plan::Path::kStepPipelined:
+      case plan::Path::kStepPipelinedPrologue: {
+        const Status st = launch_pipelined<TAct, TS, KP, true>(p, pl, stream);
+        *one_launch = st.ok();
+        return st;
+      }
+      case plan::Path::kStepCluster:
+      case plan::Path::kStepClusterLean:
+      case plan::Path::kStepTwoLaunches:
+        return run(T{}, Large{});
+      case plan::Path::kLean:
+      case plan::Path::kLeanMore:
+      case plan::Path::kLeanStaged:
+        if constexpr (KP == 128) return launch_lean<TAct, TS>(p, nseq, pb.spec, pl.path, stream);
+        break;
+      case plan::Path::kPipelined:
+        return launch_pipelined<TAct, TS, KP, false>(p, pl, stream);
+      case plan::Path::kRegisterSmall:
+        return run(F{}, Small{});
+      case plan::Path::kRegisterMid:
+        if constexpr (sizeof(TS) == 2 && KP == 128) return run(F{}, Mid{});
+        break;
+      case plan::Path::kPacked:
+        if constexpr (sizeof(TS) == 2 && KP == 128) {
           const dim3 grid(static_cast<unsigned>((p.V + PackedTraits::kRows - 1) / PackedTraits::kRows),
                           static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq));
           return Launch(grid, PackedTraits::kThreads, 0, stream)(recurrent_packed_kernel<TAct, TS, KP>, p);
         }
+        break;
+      case plan::Path::kRegisterLarge:
+        return run(F{}, Large{});
+      default:
+        break;
     }
-    return run(F{}, Large{});
+    return Status::Error(std::string("internal: planned kernel ") + plan::path_name(pl.path) +
+                         " has no instance for this launch");
   };
   if (p.K <= 32) return go(std::integral_constant<int, 32>{});
   if (p.K <= 64) return go(std::integral_constant<int, 64>{});

@@ -5,12 +5,14 @@
 #include <cuda_fp16.h>
 
 #include "cuda/params.h"
+#include "cuda/plan/plan.h"
 
 namespace gdn::cuda {
-// fused = false: q/k/v/a/b tensors (gated_delta_rule_recurrent); true: gdn_attention's conv on the
-// fly. allow_one_launch (fused): update the conv pool and copy z in the same launch where thread-block
-// clusters allow it; *one_launch says whether that happened (else the caller launches the conv kernel).
+// fused = false: q/k/v/a/b tensors (gated_delta_rule_recurrent); true: gdn_attention's step, the conv
+// on the fly. The planner (plan/plan.h) chooses the kernel; `force` overrides it where it can. Fused,
+// *one_launch says whether the planned kernel also updated the conv pool and copied z (else the
+// caller launches the conv kernel).
 template <typename TAct, typename TState>
-Status launch_recurrent(const RecurrentParams& p, bool fused, bool allow_one_launch, cudaStream_t stream,
+Status launch_recurrent(const RecurrentParams& p, bool fused, plan::Override force, cudaStream_t stream,
                         bool* one_launch);
 }  // namespace gdn::cuda

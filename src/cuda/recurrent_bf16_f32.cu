@@ -2,5 +2,5 @@
 #include "cuda/recurrent.cuh"
 
 namespace gdn::cuda {
-template Status launch_recurrent<__nv_bfloat16, float>(const RecurrentParams&, bool, bool, cudaStream_t, bool*);
+template Status launch_recurrent<__nv_bfloat16, float>(const RecurrentParams&, bool, plan::Override, cudaStream_t, bool*);
 }  // namespace gdn::cuda

@@ -21,40 +21,21 @@
 
 #include <cuda_pipeline.h>
 
+#include "cuda/plan/plan.h"
 #include "cuda/rec_common.cuh"
 
 namespace gdn::cuda {
 
-// Where the plain recurrence takes this kernel by default (H200, the
-// kernel forced against the other choices over the three model shapes):
+// Where the planner takes this kernel (plan/tuning.h, lean_*; H200, the kernel forced against the
+// other choices over the three model shapes):
 //   float32 state: verify batches of 2 or more tokens per sequence on average, at every size (-4 to
-//   -27%); one-token batches of <= GDN_REC_LEAN_MID_LO or >= GDN_REC_LEAN_MID_HI sequence-heads
+//   -27%); one-token batches of <= lean_f32_mid_lo or >= lean_f32_mid_hi sequence-heads
 //   (between them the pipelined kernel measured faster);
-//   16-bit state: one-token batches of <= GDN_REC_LEAN_16_MAX or GDN_REC_LEAN_16_BAND_LO..HI
+//   16-bit state: one-token batches of <= lean_16_max or lean_16_band_lo..hi
 //   sequence-heads (256: -13 to -22%, Qwen3-Next TP1 N = 8 and TP4 N = 32, where the other kernels
 //   change shape; 192 and 384, Qwen3.6-27B N = 4 and 8: +15%), verify batches of <=
-//   GDN_REC_LEAN_16_VERIFY_MAX (larger ones: +3 to +11%; one-token ones from 512: +8 to +36%), and
-//   in the staged form (below) one-token batches of >= GDN_REC_STAGED_MIN sequence-heads.
-// GDN_REC_LEAN in the environment: 0 never, 1 wherever it can run (tests, A/B); GDN_CUDA_TMA=1
-// without GDN_REC_LEAN=1: never (the pipelined kernel's test pass).
-#ifndef GDN_REC_LEAN_MID_LO
-#define GDN_REC_LEAN_MID_LO 128
-#endif
-#ifndef GDN_REC_LEAN_MID_HI
-#define GDN_REC_LEAN_MID_HI 512
-#endif
-#ifndef GDN_REC_LEAN_16_MAX
-#define GDN_REC_LEAN_16_MAX 128
-#endif
-#ifndef GDN_REC_LEAN_16_BAND_LO
-#define GDN_REC_LEAN_16_BAND_LO 256
-#endif
-#ifndef GDN_REC_LEAN_16_BAND_HI
-#define GDN_REC_LEAN_16_BAND_HI 256
-#endif
-#ifndef GDN_REC_LEAN_16_VERIFY_MAX
-#define GDN_REC_LEAN_16_VERIFY_MAX 768
-#endif
+//   lean_16_verify_max (larger ones: +3 to +11%; one-token ones from 512: +8 to +36%), and
+//   in the staged form (below) one-token batches of >= lean_staged_min sequence-heads.
 #ifndef GDN_REC_LEAN_LANES
 #define GDN_REC_LEAN_LANES 32
 #endif
@@ -96,28 +77,18 @@ namespace gdn::cuda {
 #ifndef GDN_REC_LEAN_MB_MORE  // every more form (ptxas sm_90: 80 registers)
 #define GDN_REC_LEAN_MB_MORE 24
 #endif
-// Where the default choice takes the more form (lean_more, from the table above): verify batches of
-// at most GDN_REC_LEAN_MORE_HI blocks; one-token batches of GDN_REC_LEAN_MORE_LO + 1 to _HI blocks;
-// verify and float32 one-token batches of more than one and at most GDN_REC_LEAN_MORE_WAVES waves.
-#ifndef GDN_REC_LEAN_MORE_LO
-#define GDN_REC_LEAN_MORE_LO 1024
-#endif
-#ifndef GDN_REC_LEAN_MORE_HI
-#define GDN_REC_LEAN_MORE_HI 1536
-#endif
-#ifndef GDN_REC_LEAN_MORE_WAVES
-#define GDN_REC_LEAN_MORE_WAVES 10
-#endif
+// Where the planner takes the more form (from the table above; plan/tuning.h, lean_more_*): verify
+// batches of at most lean_more_hi blocks; one-token batches of lean_more_lo + 1 to _hi blocks;
+// verify and float32 one-token batches of more than one and at most lean_more_waves waves.
 
 // kStaged (16-bit state): the block's GDN_REC_STAGE_ROWS rows of state copied into shared memory
 // with cp.async at its start (the bytes in flight held by no register), then GDN_REC_STAGE_R rows
 // per lane at a time from there (32 rows, 4 per lane, 20 blocks per SM: 96 registers, 24 B of
 // spills, 8 KB in flight per block). H200 (against the pipelined kernel
-// that took these batches): one-token batches of >= GDN_REC_STAGED_MIN sequence-heads -1.4 to -4.4%
+// that took these batches): one-token batches of >= 2048 sequence-heads -1.4 to -4.4%
 // (bf16 decode TP1 N = 64 43.2 -> 42.3 µs); 512-1536 sequence-heads +1.7 to +6.9%, verify batches
 // +0.3 to +140%. 16 rows per block at 32 blocks (4 KB each, 40 B of spills) measured -0.3 to +3.1%
-// from 2048, 32 rows of 2 per lane at 24 blocks -0.3 to -5.1% (+19% at 512). GDN_REC_STAGED in the
-// environment: 1 wherever the 16-bit lean kernel runs (tests, A/B), 0 never.
+// from 2048, 32 rows of 2 per lane at 24 blocks -0.3 to -5.1% (+19% at 512).
 #ifndef GDN_REC_STAGE_ROWS
 #define GDN_REC_STAGE_ROWS 32
 #endif
@@ -126,9 +97,6 @@ namespace gdn::cuda {
 #endif
 #ifndef GDN_REC_STAGE_MB
 #define GDN_REC_STAGE_MB 20
-#endif
-#ifndef GDN_REC_STAGED_MIN
-#define GDN_REC_STAGED_MIN 2048
 #endif
 
 template <typename TState, bool kStaged = false>
@@ -332,43 +300,12 @@ bool lean_applies(const RecurrentParams& p, bool spec) {
   return true;
 }
 
-// 16-bit state: whether the staged form takes the batch (one-token batches of >= GDN_REC_STAGED_MIN
-// sequence-heads; GDN_REC_STAGED=1: wherever it can run, 0: never).
-template <typename TS>
-bool lean_staged(const RecurrentParams& p, int64_t nseq) {
-  if constexpr (sizeof(TS) != 2) {
-    return false;
-  } else {
-    if (p.V % LeanTraits<TS, true>::kRows != 0 || env_equals("GDN_REC_STAGED", "0")) return false;
-    return env_equals("GDN_REC_STAGED", "1") || (batch_tokens(p) <= nseq && nseq * p.HV >= GDN_REC_STAGED_MIN);
-  }
-}
-
-// Whether the default choice takes the instance with more resident blocks (GDN_REC_LEAN_MORE in the
-// environment: 0 never, 1 always): see GDN_REC_LEAN_MORE_HI above. The register form only.
-// `blocks`: the launch's grid size.
-template <typename TS>
-bool lean_more(int64_t blocks, bool spec) {
-  if (env_equals("GDN_REC_LEAN_MORE", "0")) return false;
-  if (env_equals("GDN_REC_LEAN_MORE", "1")) return true;
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  using Tr = LeanTraits<TS>;
-  const int64_t wave = int64_t{Tr::min_blocks(spec, false)} * sms;  // the base form's blocks at once
-  if (blocks <= GDN_REC_LEAN_MORE_HI) return spec || blocks > GDN_REC_LEAN_MORE_LO;
-  return (spec || Tr::kWide) && blocks > wave && blocks <= GDN_REC_LEAN_MORE_WAVES * wave;
-}
-
-// One launch of the lean kernel: its verify or non-spec instance, staged or not, with more resident
-// blocks or not.
+// One launch of the lean kernel: its verify or non-spec instance (spec), in the staged form (16-bit
+// state) or with more resident blocks, as planned.
 template <typename TAct, typename TS>
-Status launch_lean_kernel(const RecurrentParams& p, int64_t nseq, bool spec, bool stage, cudaStream_t stream) {
+Status launch_lean(const RecurrentParams& p, int64_t nseq, bool spec, plan::Path path, cudaStream_t stream) {
   if constexpr (sizeof(TS) == 2) {
-    if (stage) {
+    if (path == plan::Path::kLeanStaged) {
       const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS, true>::kRows), static_cast<unsigned>(p.HV),
                       static_cast<unsigned>(nseq));
       return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true, true>
@@ -378,7 +315,7 @@ Status launch_lean_kernel(const RecurrentParams& p, int64_t nseq, bool spec, boo
   }
   const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
                   static_cast<unsigned>(nseq));
-  const bool more = lean_more<TS>(int64_t{grid.x} * grid.y * grid.z, spec);
+  const bool more = path == plan::Path::kLeanMore;
   return Launch(grid, 32, 0, stream)(spec ? (more ? recurrent_lean_kernel<TAct, TS, true, false, true>
                                                   : recurrent_lean_kernel<TAct, TS, true, false, false>)
                                           : (more ? recurrent_lean_kernel<TAct, TS, false, false, true>
@@ -386,27 +323,17 @@ Status launch_lean_kernel(const RecurrentParams& p, int64_t nseq, bool spec, boo
                                      p);
 }
 
-// The lean kernel where it applies and (unless GDN_REC_LEAN=1) where it measured the faster choice;
-// nullopt: not launched.
+// The lean kernel's part of the planner's problem (spec: the batch's group kind).
 template <typename TAct, typename TS>
-std::optional<Status> launch_lean(const RecurrentParams& p, int64_t nseq, cudaStream_t stream) {
-  if (nseq == 0 || env_equals("GDN_REC_LEAN", "0")) return std::nullopt;
-  const bool spec = p.group[0].n > 0 ? p.group[0].spec : p.group[1].spec;
-  if (!lean_applies<TAct, TS>(p, spec)) return std::nullopt;
-  const int64_t sh = nseq * p.HV;
-  const bool verify = spec && multi_token(p, nseq), one = batch_tokens(p) <= nseq;
-  const bool stage = lean_staged<TS>(p, nseq);  // 16-bit state: the staged form
-  bool chosen;
-  if constexpr (sizeof(TS) == 4)
-    chosen = verify || (one && (sh <= GDN_REC_LEAN_MID_LO || sh >= GDN_REC_LEAN_MID_HI));
-  else
-    chosen = verify ? sh <= GDN_REC_LEAN_16_VERIFY_MAX
-                    : one && (sh <= GDN_REC_LEAN_16_MAX || stage ||
-                              (sh >= GDN_REC_LEAN_16_BAND_LO && sh <= GDN_REC_LEAN_16_BAND_HI));
-  // (GDN_CUDA_TMA=1, the pipelined kernel wherever it can run, outranks the default choice)
-  chosen = chosen && !env_equals("GDN_CUDA_TMA", "1");
-  if (!chosen && !env_equals("GDN_REC_LEAN", "1")) return std::nullopt;
-  return launch_lean_kernel<TAct, TS>(p, nseq, spec, stage, stream);
+void lean_problem(const RecurrentParams& p, int64_t nseq, bool spec, plan::Problem& pb) {
+  pb.lean_ok = lean_applies<TAct, TS>(p, spec);
+  if (!pb.lean_ok) return;
+  pb.lean_blocks = int64_t{p.V / LeanTraits<TS>::kRows} * p.HV * nseq;
+  if constexpr (sizeof(TS) == 2) pb.lean_staged_ok = p.V % LeanTraits<TS, true>::kRows == 0;
+}
+template <typename TS>
+int lean_blocks_per_sm(bool spec) {
+  return LeanTraits<TS>::min_blocks(spec, false);
 }
 
 }  // namespace gdn::cuda

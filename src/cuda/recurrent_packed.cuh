@@ -6,7 +6,7 @@
 // and recomputes exp(g) S from them in both passes of the token (recur_token's float operations,
 // in its order): 12 rows per warp instead of 8 in the same registers. A longer sequence converts
 // the rows in two halves and runs recur_token on each half in turn (float32 rows across tokens,
-// docs/contract.md §2). Used where no verify group has more than one column (GDN_REC_PACKED 2): verify
+// docs/contract.md §2). The planner takes it where no verify group has more than one column: verify
 // batches measured faster in recurrent_kernel.
 #pragma once
 #include "cuda/rec_common.cuh"
@@ -23,11 +23,6 @@ namespace gdn::cuda {
 #define GDN_REC_MB_P 32
 #endif
 // Rows per lane group: 6 measured best for decode (8 spills).
-// GDN_REC_PACKED 1: 16-bit dense state at large batch always goes through the packed kernel; 2: only
-// when no verify group has more than one column; 0: never.
-#ifndef GDN_REC_PACKED
-#define GDN_REC_PACKED 2
-#endif
 
 struct PackedTraits {
   static constexpr int kWarps = GDN_REC_WARPS_P;

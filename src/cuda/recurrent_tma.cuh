@@ -193,7 +193,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
     // held in registers spill). The operations of recur_rows, in its order.
     // v: from the stage, or (fused) the group buffer.
     if constexpr ((kFused || kTok == 1) && sizeof(TS) == 2) {
-      if (tg.sweep && !(flags & kTmaPad) && (flags & kTmaInit) && tr.len == 1) {
+      if (!(flags & kTmaPad) && (flags & kTmaInit) && tr.len == 1) {
         constexpr int RS = Lay::kItemRows / G;  // rows of the item per lane group
         const int64_t dst = g.spec ? m.col_slot[0] : m.slot0;  // -1: no state stored (verify_slot)
         const TS* tile = reinterpret_cast<const TS*>(sb);

@@ -72,7 +72,8 @@ __device__ __noinline__ void group_conv_long(const RecurrentParams& p, const Tma
 // buffer and its new pool rows from the same registers.
 template <typename TAct, int KP, int kTok, int kW, bool kPT = false>
 __device__ __forceinline__ void group_conv_chunk(const RecurrentParams& p, const GroupMeta& g, const GroupConv& gc,
-                                                 const int64_t (&xr)[kTok], int cc, TAct* buf) {
+                                                 const int64_t (&xr)[kTok], const GcSlots<kTok, kPT>& ts, int cc,
+                                                 TAct* buf) {
   constexpr int kRow = tma_group_row(KP), CH = gc_ch<TAct>();
   using C = GcChunk<TAct, kTok>;
   C in;
@@ -80,7 +81,7 @@ __device__ __forceinline__ void group_conv_chunk(const RecurrentParams& p, const
   TAct* const pool = static_cast<TAct*>(p.conv.state) + gc.channel(cc * CH);
   TAct* col = pool + gc.slot0 * p.conv.slot_stride;
   gc_finish<TAct, kTok, kW, kPT>(
-      p, g, gc, in, cc * CH, buf, kRow,
+      p, g, gc, in, cc * CH, buf, kRow, ts,
       [&](int row, const typename C::Vec& v) { *reinterpret_cast<typename C::Vec*>(col + row * p.conv.D) = v; },
       [&](int64_t slot, int row, const typename C::Vec& v) {
         *reinterpret_cast<typename C::Vec*>(pool + slot * p.conv.slot_stride + row * p.conv.D) = v;
@@ -102,25 +103,25 @@ __device__ __forceinline__ void group_conv_short(const RecurrentParams& p, const
   const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
   int64_t xr[kT];
   gc_rows<kT>(p, g, gc, xr);
-  for (int cc = lane; cc < gc.chunks; cc += 32) group_conv_chunk<TAct, KP, kT, kW, kPT>(p, g, gc, xr, cc, buf);
+  const GcSlots<kT, kPT> ts = gc_token_slots<kT, kPT>(p, g, gc);
+  for (int cc = lane; cc < gc.chunks; cc += 32) group_conv_chunk<TAct, KP, kT, kW, kPT>(p, g, gc, xr, ts, cc, buf);
 }
 
 // A short verify group whose conv windows are per draft slot: group_conv_short's per-token
 // instances, out of line (fewer spills in the conv warp's loop).
 template <typename TAct, int KP, int kTok>
 __device__ __noinline__ void group_conv_per_token(const RecurrentParams& p, const TmaMeta<kTok>& m, TAct* buf, int lane,
-                                                  bool w4, bool one) {
-  if (w4 && one && m.len <= 1) group_conv_short<TAct, KP, kTok, 4, 1, true>(p, m, buf, lane);
+                                                  bool w4) {
+  if (w4 && m.len <= 1) group_conv_short<TAct, KP, kTok, 4, 1, true>(p, m, buf, lane);
   else if (w4) group_conv_short<TAct, KP, kTok, 4, kTok, true>(p, m, buf, lane);
   else group_conv_short<TAct, KP, kTok, 0, kTok, true>(p, m, buf, lane);
 }
 
 // Fused: the metadata of the block's group gq (its first item) for its conv: only what the conv
-// needs (TmaGrid::light), or the full item resolve (GDN_TMA_LIGHT=0).
+// needs.
 template <typename TAct, typename TS, int KP, int kTok>
 __device__ __forceinline__ TmaMeta<kTok> resolve_group(const RecurrentParams& p, TmaGrid tg, int gq) {
-  return tg.light ? resolve_item<TAct, TS, KP, kTok, true, true>(p, tg, gq * tg.group_items).m
-                  : resolve_item<TAct, TS, KP, kTok, true>(p, tg, gq * tg.group_items).m;
+  return resolve_item<TAct, TS, KP, kTok, true, true>(p, tg, gq * tg.group_items).m;
 }
 
 // Fused, a conv warp for group gq of its block (m: the metadata of its first item): waits until
@@ -132,16 +133,15 @@ __device__ __forceinline__ TmaMeta<kTok> resolve_group(const RecurrentParams& p,
 // kPT: the batch's verify windows are per draft slot (tma_conv_warp's instance of its own).
 template <typename TAct, int KP, int kTok, bool kPT>
 __device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const TmaMeta<kTok>& m, int gq, int bufs,
-                                                bool w4, bool one, TAct* gbuf, uint64_t* gdone, uint64_t* gready,
-                                                int lane) {
+                                                bool w4, TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane) {
   const int gs = gq % bufs;
   mbar_wait(&gdone[gs], (static_cast<uint32_t>(gq / bufs) & 1u) ^ 1u);  // the first round passes at once
   TAct* buf = tma_group_buf<KP, kTok>(gbuf, gs);
   if (!(m.flags & (kTmaSkip | kTmaPad))) {
     if (m.len > kTok) return group_conv_long<TAct, KP, kTok>(p, m, buf, &gready[gs], lane);
     if (kPT && p.group[m.gi].spec) {  // per-token verify windows
-      group_conv_per_token<TAct, KP, kTok>(p, m, buf, lane, w4, one);
-    } else if (w4 && one && m.len <= 1) {
+      group_conv_per_token<TAct, KP, kTok>(p, m, buf, lane, w4);
+    } else if (w4 && m.len <= 1) {
       group_conv_short<TAct, KP, kTok, 4, 1>(p, m, buf, lane);
     } else if (w4) {
       group_conv_short<TAct, KP, kTok, 4>(p, m, buf, lane);
@@ -169,7 +169,7 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
     TMA_T0(t_cv);
     for (int u = 0; u < 32 && cw + (j0 + u) * ncw < ng; ++u)
       group_conv_warp<TAct, KP, kTok, kPT>(p, meta_of_lane<kTok>(m, u), cw + (j0 + u) * ncw, Lay::kGroupBufs,
-                                      tg.conv_w4 != 0, tg.one != 0, gbuf, gdone, gready, lane);
+                                      tg.conv_w4 != 0, gbuf, gdone, gready, lane);
     TMA_ADD(prof[2], t_cv);  // profile: the conv warp's "recur" column is its group loop
 #if GDN_TMA_PROFILE
     if (prof[5] < 0) prof[5] += prof_clock();  // when its first 32 groups are done
@@ -219,19 +219,24 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
     const GroupMeta& g = p.group[m.gi];
     const GroupConv gc = group_conv_of<TAct, KP, kTok>(p, m);
     TAct* buf = tma_group_buf<KP, kTok>(gbuf, gq);  // gq < kGroupBufs: the group's buffer
-    if (tg.conv_w4 && tg.one && gc.len <= 1) {  // a one-token sequence: the one-token code (group_conv_short)
+    if (tg.conv_w4 && gc.len <= 1) {  // a one-token sequence: the one-token code (group_conv_short)
       int64_t xr1[1];
       gc_rows<1>(p, g, gc, xr1);
-      if (gc.per_token) group_conv_chunk<TAct, KP, 1, 4, true>(p, g, gc, xr1, cc, buf);
-      else group_conv_chunk<TAct, KP, 1, 4>(p, g, gc, xr1, cc, buf);
+      if (gc.per_token) group_conv_chunk<TAct, KP, 1, 4, true>(p, g, gc, xr1, gc_token_slots<1, true>(p, g, gc), cc, buf);
+      else group_conv_chunk<TAct, KP, 1, 4>(p, g, gc, xr1, GcSlots<1, false>{}, cc, buf);
       continue;
     }
     int64_t xr[kTok];
     gc_rows<kTok>(p, g, gc, xr);
-    if (gc.per_token && tg.conv_w4) group_conv_chunk<TAct, KP, kTok, 4, true>(p, g, gc, xr, cc, buf);
-    else if (gc.per_token) group_conv_chunk<TAct, KP, kTok, 0, true>(p, g, gc, xr, cc, buf);
-    else if (tg.conv_w4) group_conv_chunk<TAct, KP, kTok, 4>(p, g, gc, xr, cc, buf);
-    else group_conv_chunk<TAct, KP, kTok, 0>(p, g, gc, xr, cc, buf);
+    if (gc.per_token) {
+      const GcSlots<kTok, true> ts = gc_token_slots<kTok, true>(p, g, gc);
+      if (tg.conv_w4) group_conv_chunk<TAct, KP, kTok, 4, true>(p, g, gc, xr, ts, cc, buf);
+      else group_conv_chunk<TAct, KP, kTok, 0, true>(p, g, gc, xr, ts, cc, buf);
+    } else if (tg.conv_w4) {
+      group_conv_chunk<TAct, KP, kTok, 4>(p, g, gc, xr, GcSlots<kTok, false>{}, cc, buf);
+    } else {
+      group_conv_chunk<TAct, KP, kTok, 0>(p, g, gc, xr, GcSlots<kTok, false>{}, cc, buf);
+    }
   }
   fence_proxy_async();  // the scratch's generic accesses before the stages' bulk copies
   bar_sync(1, nthreads);

@@ -31,7 +31,7 @@ __device__ __forceinline__ TmaItem<TAct, kTok> resolve_item(const RecurrentParam
   if constexpr (kFused) {
     const uint32_t gq = static_cast<uint32_t>(k) / tg.group_items;
     uint32_t w = k - gq * tg.group_items;
-    if (tg.rot) w = (w + blockIdx.x) % tg.group_items;  // the blocks' concurrent tiles at spread offsets
+    w = (w + blockIdx.x) % tg.group_items;  // the blocks' concurrent tiles at spread offsets
     const uint32_t grp = blockIdx.x + gq * gridDim.x, j = w / tg.tiles;
     z = grp / p.H;
     m.x = static_cast<int>(w - j * tg.tiles);

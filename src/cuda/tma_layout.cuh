@@ -8,8 +8,7 @@
 
 namespace gdn::cuda {
 
-// GDN_TMA 0 (or GDN_CUDA_TMA=0 in the environment at run time) disables the kernel: then
-// recurrent_kernel / recurrent_packed_kernel take every batch.
+// GDN_TMA 0 builds without the kernel: then the planner never has it.
 #ifndef GDN_TMA
 #define GDN_TMA 1
 #endif
@@ -19,47 +18,26 @@ namespace gdn::cuda {
 #ifndef GDN_TMA_SMEM_KB  // dynamic shared memory per block: the stages and their barriers
 #define GDN_TMA_SMEM_KB 108
 #endif
-// The same for the fused step (group buffers + stages; GDN_TMA_SMEM_KB_FUSED in the environment
-// overrides it, for tuning): a shallower ring than the primitive op's measured 3-6% faster.
+// The same for the fused step (group buffers + stages): a shallower ring than the primitive op's
+// measured 3-6% faster.
 #ifndef GDN_TMA_SMEM_KB_FUSED
 #define GDN_TMA_SMEM_KB_FUSED 80
 #endif
 #ifndef GDN_TMA_MB  // resident blocks per SM the register budget must allow
 #define GDN_TMA_MB 2
 #endif
-// Smaller batches (sequences x value heads) keep the latency-bound kernels. H200:
+// Where the planner takes these kernels (plan/tuning.h, pipelined_* and step_pipelined_*): smaller
+// batches (sequences x value heads) keep the latency-bound kernels. H200:
 // float32 state gains from 128 on; 16-bit state lost at 128 and 192 (6.8 vs 7.8 µs, 8.0 vs 8.9) and
 // gained at 512 (17.1 vs 15.4).
-#ifndef GDN_TMA_MIN_SEQHEADS_F32
-#define GDN_TMA_MIN_SEQHEADS_F32 128
-#endif
-// Float32 verify batches (2 or more tokens per sequence on average) from GDN_TMA_F32_VERIFY_REG_LO up
-// to (not including) _HI sequence-heads stay on the register kernel, which measured 1.6-5% faster
-// there; GDN_TMA_F32_VERIFY_REG=0 in the environment: off.
-#ifndef GDN_TMA_F32_VERIFY_REG_LO
-#define GDN_TMA_F32_VERIFY_REG_LO 512
-#endif
-#ifndef GDN_TMA_F32_VERIFY_REG_HI
-#define GDN_TMA_F32_VERIFY_REG_HI 4096
-#endif
-#ifndef GDN_TMA_MIN_SEQHEADS_16
-#define GDN_TMA_MIN_SEQHEADS_16 384
-#endif
+// Float32 verify batches (2 or more tokens per sequence on average) from 512 up to (not including)
+// 4096 sequence-heads stay on the register kernel, which measured 1.6-5% faster there.
 // gdn_attention's step: from how many (sequence, key head) groups the pipelined step runs instead of
 // the cluster kernel (fused_step.cuh). H200 (both forced at
 // 64-128 groups and 256): one-token batches from 96 groups (float32 -6 to -16%, 16-bit -4 to -37%;
 // at 80: +1 to +32% for float32, 16-bit +4 to +5% but -26% for Qwen3.6-27B's 12-block clusters);
 // 16-bit verify batches from 128 (-5 to -15%; at 112: -3% to +25%); float32 verify batches from 192
 // (-11 to -14% at 192 and 224; at 160: +12 to +14% for the Qwen3-Next shapes, -14% for Qwen3.6-27B).
-#ifndef GDN_TMA_MIN_GROUPS_FUSED  // float32 state, 2 or more tokens per sequence on average
-#define GDN_TMA_MIN_GROUPS_FUSED 192
-#endif
-#ifndef GDN_TMA_MIN_GROUPS_FUSED_1  // batches of one token per sequence (on average: fewer than 2)
-#define GDN_TMA_MIN_GROUPS_FUSED_1 96
-#endif
-#ifndef GDN_TMA_MIN_GROUPS_FUSED_16  // 16-bit state, 2 or more tokens per sequence on average
-#define GDN_TMA_MIN_GROUPS_FUSED_16 128
-#endif
 #ifndef GDN_TMA_EVICT  // state tiles loaded with an L2 evict-first policy (read once)
 #define GDN_TMA_EVICT 1
 #endif
@@ -240,12 +218,8 @@ struct TmaGrid {
   int group_items;  // fused: items of one (sequence, key head) group (r x tiles)
   int conv_w4 = 0;  // fused: the conv is 4 wide with [D, 4] 16-byte aligned weights, bias aligned or absent
   int pre = 0;      // fused: at most this many of the block's first groups convolved before the copies start
-  int rot = 0;      // fused: block b takes each group's items from item b mod group_items on (rotated)
   int early = 0;    // fused prologue: items the producer issues before waiting for it (stages below the last)
   int zc = 0;       // fused: z copied by the conv warp after its groups (else by the consumers first)
-  int light = 0;    // fused: the conv warp and the prologue resolve only what the conv needs
-  int sweep = 0;    // 16-bit one-token items: all rows at once, read twice from the stage (tma_item)
-  int one = 0;      // fused, width-4 conv: groups of one-token sequences through one-token conv code
 };
 
 }  // namespace gdn::cuda

@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "forced_path.h"
 #include "prop_attention.h"
 
 namespace gdn::prop {
@@ -169,13 +170,14 @@ Status cpu_attention(const AttnProblem& p, const Buf& core, const Buf& z, AttnOu
 
 // gdn_attention on p on the device (fresh device twins, its own non-blocking stream), with every
 // output and both pools downloaded.
-AttnOut run_device_attention(AttnProblem& p, Buf& core, Buf& z) {
+// path: the kernel path forced (kAuto: the planner's choice).
+AttnOut run_device_attention(AttnProblem& p, Buf& core, Buf& z, cuda::plan::Path path = cuda::plan::Path::kAuto) {
   AttnOut out;
   DeviceBufs d;
   Stream st;
   EXPECT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
   EXPECT_EQ(cudaSuccess, upload_attention(d, p, core, z));
-  const Status s = gdn::gdn_attention(device_attention_args(d, p, core, z), st.s);
+  const Status s = gdn::internal::gdn_attention(device_attention_args(d, p, core, z), st.s, {path});
   EXPECT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(st.s));
   EXPECT_EQ(cudaSuccess, cudaGetLastError());

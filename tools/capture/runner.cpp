@@ -5,6 +5,8 @@
 // synchronize, copy every buffer back, free.
 #include "capture/runner.h"
 
+#include "forced_path.h"
+
 #include <vector>
 
 #ifdef GDN_WITH_CUDA
@@ -122,7 +124,7 @@ struct DeviceBuffers {
 
 template <typename Args, typename Op>
 Status run_cuda(const Args& host_args, Op op) {
-  if (!backend_available(Backend::kCUDA))
+  if (!backend_available(Backend(Backend::kCUDA)))
     return Status::Error("runner: CUDA backend not available (no device, or the library reports "
                          "none)");
   Args dev = host_args;
@@ -152,7 +154,7 @@ template <typename Args, typename Op>
 Status run_generic(Backend b, const Args& host_args, Op op) {
   Args copy = host_args;
   GDN_RETURN_IF_ERROR(check_host(tensors_of(copy)));
-  if (b == Backend::kCPU) return op(host_args, nullptr);
+  if (!b.cuda()) return op(host_args, nullptr);
 #ifdef GDN_WITH_CUDA
   return run_cuda(host_args, op);
 #else
@@ -162,7 +164,11 @@ Status run_generic(Backend b, const Args& host_args, Op op) {
 
 }  // namespace
 
-const char* backend_name(Backend b) { return b == Backend::kCPU ? "cpu" : "cuda"; }
+std::string backend_name(Backend b) {
+  if (!b.cuda()) return "cpu";
+  if (b.path == cuda::plan::Path::kAuto) return "cuda";
+  return std::string("cuda_") + cuda::plan::path_name(b.path);
+}
 
 Status parse_backend(const std::string& s, Backend* out) {
   if (s == "cpu") {
@@ -173,11 +179,28 @@ Status parse_backend(const std::string& s, Backend* out) {
     *out = Backend::kCUDA;
     return Status::Ok();
   }
-  return Status::Error("backend must be one of cpu, cuda; got '" + s + "'");
+  cuda::plan::Path p;
+  if (s.rfind("cuda_", 0) == 0 && cuda::plan::parse_path(s.c_str() + 5, &p)) {
+    *out = Backend(Backend::kCUDA, p);
+    return Status::Ok();
+  }
+  return Status::Error("backend must be cpu, cuda or cuda_<kernel path>; got '" + s + "'");
+}
+
+std::vector<Backend> test_backends(Ops ops) {
+  using cuda::plan::Path;
+  std::vector<Backend> v = {Backend::kCPU, Backend::kCUDA};
+  for (int i = 1; i < static_cast<int>(Path::kCount); ++i) {
+    const Path p = static_cast<Path>(i);
+    const bool step = cuda::plan::is_step_path(p);
+    if (ops == Ops::kAll || (ops == Ops::kRecurrent && !step) || (ops == Ops::kAttention && step))
+      v.push_back(Backend(Backend::kCUDA, p));
+  }
+  return v;
 }
 
 bool backend_available(Backend b) {
-  if (b == Backend::kCPU) return true;
+  if (!b.cuda()) return true;
 #ifdef GDN_WITH_CUDA
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
@@ -203,20 +226,20 @@ Status run_on(Backend b, const CausalConv1dUpdateArgs& host_args) {
 }
 
 Status run_recurrent_on(Backend b, const GatedDeltaRuleArgs& host_args) {
-  return run_generic(b, host_args, [](const GatedDeltaRuleArgs& a, void* stream) {
-    return gated_delta_rule_recurrent(a, stream);
+  return run_generic(b, host_args, [b](const GatedDeltaRuleArgs& a, void* stream) {
+    return internal::gated_delta_rule_recurrent(a, stream, {b.path});
   });
 }
 
 Status run_chunked_on(Backend b, const GatedDeltaRuleArgs& host_args) {
-  return run_generic(b, host_args, [](const GatedDeltaRuleArgs& a, void* stream) {
-    return gated_delta_rule_chunked(a, stream);
+  return run_generic(b, host_args, [b](const GatedDeltaRuleArgs& a, void* stream) {
+    return internal::gated_delta_rule_chunked(a, stream, {b.path});
   });
 }
 
 Status run_on(Backend b, const GdnAttentionArgs& host_args) {
-  return run_generic(b, host_args, [](const GdnAttentionArgs& a, void* stream) {
-    return gdn_attention(a, stream);
+  return run_generic(b, host_args, [b](const GdnAttentionArgs& a, void* stream) {
+    return internal::gdn_attention(a, stream, {b.path});
   });
 }
 

@@ -5,15 +5,34 @@
 // Test and tool code only; not part of the library.
 #pragma once
 #include <string>
+#include <vector>
+
+#include "cuda/plan/plan.h"
 
 #include "gdn/ops.h"
 
 namespace gdn::capture {
 
-enum class Backend { kCPU, kCUDA };
-const char* backend_name(Backend b);
+// A backend and, for CUDA, the kernel path forced on the ops that have several (kAuto: the
+// planner's choice; a path of another op, or one that cannot run the call, leaves the planner's).
+struct Backend {
+  enum Kind : uint8_t { kCPU, kCUDA };
+  Kind kind = kCPU;
+  cuda::plan::Path path = cuda::plan::Path::kAuto;
+  constexpr Backend(Kind k = kCPU, cuda::plan::Path p = cuda::plan::Path::kAuto) : kind(k), path(p) {}
+  constexpr bool cuda() const { return kind == kCUDA; }
+  friend constexpr bool operator==(Backend a, Backend b) { return a.kind == b.kind && a.path == b.path; }
+  friend constexpr bool operator!=(Backend a, Backend b) { return !(a == b); }
+};
+// "cpu", "cuda" (the planner's choice), or "cuda_<path>" (plan::path_name)
+std::string backend_name(Backend b);
 Status parse_backend(const std::string& s, Backend* out);
 bool backend_available(Backend b);  // kCPU always; kCUDA if built with CUDA and a GPU is present
+
+// The backends a test of these ops runs on: the CPU, CUDA with the planner's choice, and CUDA with
+// each kernel path the planner can choose for them forced.
+enum class Ops { kConv, kRecurrent, kAttention, kAll };
+std::vector<Backend> test_backends(Ops ops);
 
 Status run_on(Backend b, const CausalConv1dFwdArgs& host_args);
 Status run_on(Backend b, const CausalConv1dUpdateArgs& host_args);

@@ -1,0 +1,112 @@
+// src/cuda/plan/plan.h — the CUDA backend's planner: from one launch's problem and the device to
+// the kernel that runs it. Plain C++ (no CUDA headers): unit-tested on the CPU (tests/test_plan.cpp).
+//
+// The kernel families (docs/design.md says why each exists):
+//   primitive recurrence (gated_delta_rule_recurrent, _chunked):
+//     lean        one warp per 8 rows, nothing but the recurrence (decode and verify batches)
+//     pipelined   persistent sm_90 blocks, state tiles through a TMA ring (large batches)
+//     register    the general kernel: every shape, dtype, layout and metadata form
+//     packed      16-bit state in packed pairs (large batches)
+//   gdn_attention's step (conv + gates + norms + recurrence + conv pool + z):
+//     pipelined   the pipelined kernel with a conv warp (large batches)
+//     cluster     thread-block clusters of one (sequence, key head), sm_90
+//     two launches  the register kernel's fused form, then the conv kernel (everywhere else)
+// A forced path (Override: tests, `gdn bench --path`) runs where it can run and falls back to the
+// planner's own choice where it cannot.
+#pragma once
+#include <cstdint>
+
+#include "cuda/plan/tuning.h"
+
+namespace gdn::cuda::plan {
+
+enum class Path : uint8_t {
+  kAuto = 0,
+  // primitive recurrence
+  kLean,
+  kLeanMore,    // more resident blocks, fewer registers
+  kLeanStaged,  // 16-bit state: the block's rows staged through shared memory
+  kPipelined,
+  kRegisterSmall,
+  kRegisterMid,  // 16-bit verify, K = 128
+  kRegisterLarge,
+  kPacked,  // 16-bit state, K = 128
+  // gdn_attention's step
+  kStepPipelined,
+  kStepPipelinedPrologue,  // the block's first groups convolved by all its warps before the copies
+  kStepCluster,
+  kStepClusterLean,  // float32 K = 128 state: the lean kernel's lane layout
+  kStepTwoLaunches,
+  kCount
+};
+const char* path_name(Path p);   // "lean", "pipelined", "step_cluster", ...; "auto"
+bool parse_path(const char* s, Path* out);
+bool is_step_path(Path p);       // a path of gdn_attention's step (else of the primitive recurrence)
+
+// Kernel choice forced by the caller (internal: tests and benchmarks). Default: the planner's.
+struct Override {
+  Path path = Path::kAuto;
+};
+
+// One launch, as the planner sees it (filled by the CUDA side from the kernels' parameters).
+struct Problem {
+  bool step = false;  // gdn_attention's step, else the primitive recurrence
+  int state_bytes = 4;  // 4: float32 state, 2: bfloat16 / float16
+  int K = 0, V = 0, H = 0, HV = 0, r = 1;
+  int64_t nseq = 0;    // sequences of both groups
+  int64_t tokens = 0;  // token rows of the batch (both groups)
+  bool spec = false;   // the batch's (first) group is a verify group
+  bool verify_cols = false;  // a verify group has more than one state column
+  bool dense = false;  // "vk" state, 16-byte aligned rows (vector loads)
+  // Whether each family can take the launch at all (shapes, alignment, metadata forms, sm_90 code):
+  bool lean_ok = false;        // every group of the batch's kind, int32 metadata, no remap, K = 128
+  bool pipelined_ok = false;   // K = 128 dense state, aligned inputs (and, step: conv pool, weights)
+  bool cluster_ok = false;     // step: a cluster of (ceil(V / rows), r) blocks with one channel per thread
+  bool per_token_verify = false;  // step: verify conv windows per draft slot (an instance of its own)
+  bool lean_staged_ok = false;     // 16-bit state, V a multiple of the staged form's rows
+  int64_t lean_blocks = 0;         // the lean kernel's grid (base form)
+  int64_t pipelined_tiles = 0;     // the pipelined kernel's row tiles per (sequence, value head)
+  int pipelined_group_bufs = 0;    // step: its group buffers where it has the conv prologue, else 0
+  int64_t cluster_blocks = 0;      // step: blocks per cluster
+
+  int64_t seqheads() const { return nseq * HV; }
+  int64_t groups() const { return nseq * H; }
+  bool one_token() const { return tokens <= nseq; }
+  bool multi_token() const { return tokens >= 2 * nseq; }
+};
+
+// What the planner asks of the device's kernels: queried and cached per device by the CUDA side,
+// faked in the tests.
+class Facts {
+ public:
+  virtual ~Facts() = default;
+  virtual int sms() const = 0;
+  // Resident blocks, on the whole device, of the pipelined kernel instance for kTok staged tokens
+  // (1 or 4); 0 where that instance cannot run (no sm_90 code, shared memory, ring shape).
+  virtual int64_t pipelined_blocks(int kTok) const = 0;
+  // Whether a cluster of the step kernel (lean lanes or not) can be resident.
+  virtual bool cluster_resident(bool lean) const = 0;
+  // Resident blocks per SM of the lean kernel's base form (verify instance or not).
+  virtual int lean_blocks_per_sm(bool spec) const = 0;
+};
+
+struct Plan {
+  Path path = Path::kRegisterLarge;  // never kAuto
+  int tok = 0;                // pipelined: tokens staged per item (1 or 4)
+  int64_t blocks = 0;         // pipelined: persistent blocks
+  bool per_token = false;     // step kernels: the per-token conv window instance
+  bool overlap = true;        // programmatic overlap with the stream's previous kernel
+};
+
+// The kernel for p on a device of compute capability cc_major; nseq > 0.
+Plan plan_launch(const Problem& p, int cc_major, const Facts& facts, Override force = {});
+
+// Batch-size comparisons scaled by the device's SM count against the table's reference card.
+inline bool at_least(int64_t work, int threshold, const Tuning& t, int sms) {
+  return work * t.ref_sms >= int64_t{threshold} * sms;
+}
+inline bool at_most(int64_t work, int threshold, const Tuning& t, int sms) {
+  return work * t.ref_sms <= int64_t{threshold} * sms;
+}
+
+}  // namespace gdn::cuda::plan

@@ -1,0 +1,210 @@
+// The CUDA backend's planner (src/cuda/plan/plan.h) at its decision boundaries, on the CPU: the
+// kernel chosen for the model shapes of docs/performance.md on a 132-SM card (the table's
+// reference, H200), the same thresholds scaled on a 114-SM card (H100 PCIe), forced paths where
+// they can and cannot run, and gdn_attention's step.
+#include <gtest/gtest.h>
+
+#include "cuda/plan/plan.h"
+
+namespace gdn::cuda::plan {
+namespace {
+
+class FakeFacts final : public Facts {
+ public:
+  explicit FakeFacts(int sms, bool pipelined = true, bool cluster = true)
+      : sms_(sms), pipelined_(pipelined), cluster_(cluster) {}
+  int sms() const override { return sms_; }
+  int64_t pipelined_blocks(int kTok) const override {
+    (void)kTok;
+    return pipelined_ ? int64_t{2} * sms_ : 0;
+  }
+  bool cluster_resident(bool) const override { return cluster_; }
+  int lean_blocks_per_sm(bool) const override { return 20; }
+
+ private:
+  int sms_;
+  bool pipelined_, cluster_;
+};
+
+// Qwen3-Next TP1 (H 16, HV 32, K = V = 128), dense aligned state, int32 metadata: every family
+// can run; nseq sequences of `tok` tokens each.
+Problem qwen(int64_t nseq, int tok, int state_bytes, bool spec) {
+  Problem p;
+  p.state_bytes = state_bytes;
+  p.K = 128, p.V = 128, p.H = 16, p.HV = 32, p.r = 2;
+  p.nseq = nseq;
+  p.tokens = nseq * tok;
+  p.spec = spec;
+  p.verify_cols = spec && tok > 1;
+  p.dense = true;
+  p.lean_ok = true;
+  p.lean_staged_ok = state_bytes == 2;
+  p.lean_blocks = 128 / 8 * p.HV * nseq;
+  p.pipelined_ok = true;
+  p.pipelined_tiles = 4;
+  return p;
+}
+Problem step_of(Problem p) {
+  p.step = true;
+  p.lean_ok = false;
+  p.cluster_ok = true;
+  p.cluster_blocks = 4 * p.r;
+  p.pipelined_group_bufs = 6;
+  return p;
+}
+
+Path path_of(const Problem& p, int sms = 132, Override f = {}, bool pipelined = true) {
+  return plan_launch(p, 9, FakeFacts(sms, pipelined), f).path;
+}
+
+TEST(Plan, Float32DecodeLeanAtTheEndsPipelinedBetween) {
+  EXPECT_EQ(path_of(qwen(4, 1, 4, false)), Path::kLean);        // 128 sequence-heads
+  EXPECT_EQ(path_of(qwen(5, 1, 4, false)), Path::kPipelined);   // 160
+  EXPECT_EQ(path_of(qwen(15, 1, 4, false)), Path::kPipelined);  // 480
+  EXPECT_EQ(path_of(qwen(16, 1, 4, false)), Path::kLeanMore);   // 512 (8192 blocks: 1 to 10 waves)
+  EXPECT_EQ(plan_launch(qwen(5, 1, 4, false), 9, FakeFacts(132)).tok, 1);
+}
+
+TEST(Plan, ThresholdsScaleWithTheSmCount) {
+  Problem p = qwen(7, 1, 4, false);
+  p.HV = 16, p.H = 8;  // 112 sequence-heads: <= 128 on 132 SMs, > 128 x 114 / 132 = 110.5 on 114
+  p.lean_blocks = 16 * p.HV * p.nseq;
+  EXPECT_EQ(path_of(p, 132), Path::kLean);
+  EXPECT_EQ(path_of(p, 114), Path::kPipelined);
+}
+
+TEST(Plan, Float32VerifyLeanWhereItRunsElseTheRegisterWindow) {
+  EXPECT_EQ(path_of(qwen(16, 4, 4, true)), Path::kLeanMore);  // 8192 blocks: more than one wave, <= 10
+  EXPECT_EQ(path_of(qwen(64, 4, 4, true)), Path::kLean);      // 32768 blocks: more than 10 waves
+  Problem p = qwen(8, 4, 4, true);
+  p.lean_ok = false;
+  EXPECT_EQ(path_of(p), Path::kPipelined);  // 256 sequence-heads
+  EXPECT_EQ(plan_launch(p, 9, FakeFacts(132)).tok, 4);
+  p = qwen(16, 4, 4, true);
+  p.lean_ok = false;
+  EXPECT_EQ(path_of(p), Path::kRegisterLarge);  // 512: the register kernel's window [512, 4096)
+  p = qwen(127, 4, 4, true);
+  p.lean_ok = false;
+  EXPECT_EQ(path_of(p), Path::kRegisterLarge);  // 4064
+  p = qwen(128, 4, 4, true);
+  p.lean_ok = false;
+  EXPECT_EQ(path_of(p), Path::kPipelined);  // 4096
+  p = qwen(128, 5, 4, true);
+  p.lean_ok = false;
+  EXPECT_EQ(path_of(p), Path::kRegisterLarge);  // 5 tokens per sequence: more than the 4 staged
+}
+
+TEST(Plan, SixteenBitDecodeBands) {
+  EXPECT_EQ(path_of(qwen(4, 1, 2, false)), Path::kLean);        // 128
+  EXPECT_EQ(path_of(qwen(6, 1, 2, false)), Path::kPacked);      // 192: below the pipelined 384
+  EXPECT_EQ(path_of(qwen(8, 1, 2, false)), Path::kLean);        // 256: the band
+  EXPECT_EQ(path_of(qwen(12, 1, 2, false)), Path::kPipelined);  // 384
+  EXPECT_EQ(path_of(qwen(63, 1, 2, false)), Path::kPipelined);  // 2016
+  EXPECT_EQ(path_of(qwen(64, 1, 2, false)), Path::kLeanStaged);  // 2048
+  Problem p = qwen(64, 1, 2, false);
+  p.lean_staged_ok = false;
+  EXPECT_EQ(path_of(p), Path::kPipelined);
+}
+
+TEST(Plan, SixteenBitVerify) {
+  EXPECT_EQ(path_of(qwen(24, 4, 2, true)), Path::kLeanMore);  // 768 sequence-heads, 12288 blocks
+  EXPECT_EQ(path_of(qwen(25, 4, 2, true)), Path::kPipelined);
+  Problem p = qwen(3, 4, 2, true);  // 96: below the pipelined threshold, the mid form
+  p.lean_ok = false;
+  EXPECT_EQ(path_of(p), Path::kRegisterMid);
+  p = qwen(5, 4, 2, true);  // 160: large; several state columns keep the packed kernel off
+  p.lean_ok = false;
+  EXPECT_EQ(path_of(p), Path::kRegisterLarge);
+}
+
+TEST(Plan, RegisterFormsForOtherHeadDims) {
+  Problem p = qwen(2, 1, 4, false);
+  p.K = 64, p.lean_ok = false, p.pipelined_ok = false;
+  EXPECT_EQ(path_of(p), Path::kRegisterSmall);  // 64 sequence-heads
+  p.nseq = 3, p.tokens = 3;
+  EXPECT_EQ(path_of(p), Path::kRegisterLarge);
+  p.state_bytes = 2, p.K = 100, p.tokens = 6;  // K padded to 128, 16-bit verify-like batch of 96
+  EXPECT_EQ(path_of(p), Path::kRegisterMid);
+}
+
+TEST(Plan, LeanMoreByGridBlocks) {
+  Problem p = qwen(2, 1, 4, false);  // 1024 blocks: base form; 1536: more (one-token batches above 1024)
+  EXPECT_EQ(path_of(p), Path::kLean);
+  p = qwen(3, 1, 4, false);
+  EXPECT_EQ(path_of(p), Path::kLeanMore);
+  p = qwen(1, 4, 4, true);  // verify: the more form at every size up to 1536 blocks
+  EXPECT_EQ(path_of(p), Path::kLeanMore);
+}
+
+TEST(Plan, ForcedPathsRunWhereTheyCan) {
+  const Problem p = qwen(4, 1, 4, false);
+  EXPECT_EQ(path_of(p, 132, {Path::kPipelined}), Path::kPipelined);
+  EXPECT_EQ(path_of(p, 132, {Path::kPipelined}, false), Path::kLean);  // no resident pipelined blocks
+  EXPECT_EQ(path_of(p, 132, {Path::kRegisterSmall}), Path::kRegisterSmall);
+  EXPECT_EQ(path_of(p, 132, {Path::kLeanStaged}), Path::kLean);   // float32: no staged form
+  EXPECT_EQ(path_of(p, 132, {Path::kPacked}), Path::kLean);       // float32: no packed kernel
+  EXPECT_EQ(path_of(p, 132, {Path::kRegisterMid}), Path::kLean);  // float32: no mid form
+  EXPECT_EQ(path_of(p, 132, {Path::kStepCluster}), Path::kLean);  // another op's path: ignored
+  Problem q = qwen(4, 8, 4, true);  // 8 tokens per sequence: forced pipelined still takes it
+  q.lean_ok = false;
+  EXPECT_EQ(path_of(q, 132, {Path::kPipelined}), Path::kPipelined);
+  Problem k = qwen(4, 1, 2, false);
+  EXPECT_EQ(path_of(k, 132, {Path::kLeanStaged}), Path::kLeanStaged);
+  EXPECT_EQ(path_of(k, 132, {Path::kPacked}), Path::kPacked);
+}
+
+TEST(Plan, StepPipelinedFromItsGroupThresholds) {
+  EXPECT_EQ(path_of(step_of(qwen(5, 1, 4, false))), Path::kStepClusterLean);  // 80 groups
+  EXPECT_EQ(path_of(step_of(qwen(6, 1, 4, false))), Path::kStepPipelinedPrologue);  // 96, one per block
+  EXPECT_EQ(path_of(step_of(qwen(8, 4, 2, false))), Path::kStepPipelined);  // 16-bit verify-like, 128
+  EXPECT_EQ(path_of(step_of(qwen(7, 4, 2, false))), Path::kStepCluster);
+  EXPECT_EQ(path_of(step_of(qwen(12, 4, 4, true))), Path::kStepPipelined);  // float32 verify, 192
+  EXPECT_EQ(path_of(step_of(qwen(11, 4, 4, true))), Path::kStepClusterLean);
+  EXPECT_EQ(path_of(step_of(qwen(16, 5, 4, true))), Path::kStepClusterLean);  // more tokens than staged
+}
+
+TEST(Plan, StepPrologueWhereEveryGroupOfABlockFits) {
+  // 2 x 132 resident blocks: up to 6 groups per block (264 x 6 = 1584 groups) in the prologue
+  EXPECT_EQ(path_of(step_of(qwen(99, 1, 4, false))), Path::kStepPipelinedPrologue);  // 1584
+  EXPECT_EQ(path_of(step_of(qwen(100, 1, 4, false))), Path::kStepPipelined);         // 1600
+  Problem p = step_of(qwen(99, 1, 4, false));
+  p.pipelined_group_bufs = 0;  // no prologue instance
+  EXPECT_EQ(path_of(p), Path::kStepPipelined);
+}
+
+TEST(Plan, StepClusterLanesAndOverlap) {
+  Problem p = step_of(qwen(2, 4, 4, true));
+  p.cluster_blocks = 12;  // a 12-block cluster: lean lanes up to 32 groups
+  EXPECT_EQ(path_of(p), Path::kStepClusterLean);
+  p = step_of(qwen(3, 4, 4, true));
+  p.cluster_blocks = 12;  // 48 groups
+  EXPECT_EQ(path_of(p), Path::kStepCluster);
+  EXPECT_TRUE(plan_launch(step_of(qwen(3, 1, 4, false)), 9, FakeFacts(132)).overlap);    // 96 sequence-heads
+  EXPECT_FALSE(plan_launch(step_of(qwen(4, 1, 4, false)), 9, FakeFacts(132)).overlap);   // 128
+  p = step_of(qwen(2, 1, 2, false));
+  EXPECT_EQ(path_of(p), Path::kStepCluster);  // 16-bit state: the plain lanes only
+}
+
+TEST(Plan, StepFallsBackToTwoLaunches) {
+  Problem p = step_of(qwen(2, 1, 4, false));
+  p.cluster_ok = false;
+  EXPECT_EQ(path_of(p), Path::kStepTwoLaunches);
+  EXPECT_EQ(plan_launch(step_of(qwen(2, 1, 4, false)), 9, FakeFacts(132, true, false)).path, Path::kStepTwoLaunches);
+  EXPECT_EQ(path_of(step_of(qwen(64, 1, 4, false)), 132, {Path::kStepTwoLaunches}), Path::kStepTwoLaunches);
+  EXPECT_EQ(path_of(step_of(qwen(64, 1, 4, false)), 132, {Path::kStepCluster}), Path::kStepCluster);
+  EXPECT_EQ(path_of(step_of(qwen(2, 1, 4, false)), 132, {Path::kStepPipelined}), Path::kStepPipelined);
+  EXPECT_EQ(path_of(step_of(qwen(2, 1, 4, false)), 132, {Path::kLean}), Path::kStepClusterLean);  // ignored
+}
+
+TEST(Plan, PathNamesRoundTrip) {
+  for (int i = 0; i < static_cast<int>(Path::kCount); ++i) {
+    Path p = Path::kCount;
+    ASSERT_TRUE(parse_path(path_name(static_cast<Path>(i)), &p)) << i;
+    EXPECT_EQ(static_cast<int>(p), i);
+  }
+  Path p;
+  EXPECT_FALSE(parse_path("tma", &p));
+}
+
+}  // namespace
+}  // namespace gdn::cuda::plan
