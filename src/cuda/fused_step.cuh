@@ -145,22 +145,14 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
     }
   }
   const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
-  // per token: the raw slot of column t + 1, requested one token ahead (validated where it is used)
-  int64_t next_slot = -1;
-  if constexpr (kPerToken)
-    if (per_token && ch >= 0 && g.cols > 0) next_slot = g.slots(i, 0);
+  // per token: the slot that receives the window after token t, loaded by one thread with the
+  // token's gates and shared by parity (no register of it lives across the recurrence)
+  __shared__ int64_t s_slot[2];
   cluster_wait();  // every block of the cluster has started: pushes may begin
 
   for (int64_t t = 0; t < tr.len; ++t) {
     const int buf = static_cast<int>(t & 1);
     const int64_t row = global_row(g, tr.begin + t, out_rows);
-    int64_t tslot = -1;  // per token: where the window after u_t goes (-1: none)
-    if constexpr (kPerToken) {
-      if (per_token && ch >= 0 && t < g.cols) {
-        tslot = rules::slot_valid(next_slot, p.conv.num_slots, p.has_null, p.null_id) ? next_slot : -1;
-        if (t + 1 < g.cols) next_slot = g.slots(i, t + 1);
-      }
-    }
     if (ch >= 0) {
       const TAct x = static_cast<const TAct*>(p.src.qkvz)[row * p.src.qkvz_rs + col];
       float a = bias;
@@ -183,22 +175,25 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
 #pragma unroll
       for (int j = 0; j < kMaxW - 1; ++j)
         if (j == W - 2) win[j] = x;
-      if constexpr (kPerToken) {
-        if (tslot >= 0) {  // rows 0..W-2 of column t's slot <- the window after u_t
-          TAct* dst = static_cast<TAct*>(p.conv.state) + tslot * p.conv.slot_stride + ch;
-#pragma unroll
-          for (int j = 0; j < kMaxW - 1; ++j)
-            if (j < W - 1) dst[j * D] = win[j];
-        }
-      } else {
+      if constexpr (!kPerToken)
         if (g.spec && t < g.cols) pool[(W - 2 + t) * D] = x;  // rolling: row W-2+t <- u_t
-      }
     }
     if (tid < 2) {
       const TAct* ba = static_cast<const TAct*>(p.src.ba) + row * p.src.ba_rs;
       s_ab[buf][tid] = to_float(ba[tid == 0 ? PL.a_col(hv) : PL.b_col(hv)]);
     }
-    cluster.sync();  // token t's q, k (whole cluster), v and gates (this block) are in place
+    if constexpr (kPerToken)
+      if (per_token && tid == 2) s_slot[buf] = per_token_slot(g, p.conv, i, t, p.has_null, p.null_id);
+    cluster.sync();  // token t's q, k (whole cluster), v, gates and (per token) window slot are in place
+    if constexpr (kPerToken) {
+      const int64_t tslot = per_token && ch >= 0 ? s_slot[buf] : -1;
+      if (tslot >= 0) {  // rows 0..W-2 of column t's slot <- the window after u_t
+        TAct* dst = static_cast<TAct*>(p.conv.state) + tslot * p.conv.slot_stride + ch;
+#pragma unroll
+        for (int j = 0; j < kMaxW - 1; ++j)
+          if (j < W - 1) dst[j * D] = win[j];
+      }
+    }
     const float mine = recur_token<L, G, R, EPL, Tr::kScatter>(s, s_qk[buf], s_qk[buf] + KP, s_v[buf], lrow0,
                                                                p.V - row0, s_ab[buf][0], s_ab[buf][1], A, dtb,
                                                                p.scale, ln);
