@@ -145,9 +145,11 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
     }
   }
   const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
-  // per token: the slot that receives the window after token t, loaded by one thread with the
-  // token's gates and shared by parity (no register of it lives across the recurrence)
+  // per token: the slot that receives the window after token t, loaded by the second warp's first
+  // thread while the first warp loads the token's gates (in one warp the two loads' waits would
+  // add up), shared by parity: no register of it lives across the recurrence
   __shared__ int64_t s_slot[2];
+  static_assert(kThreads > 32, "a second warp loads the per-token slots");
   cluster_wait();  // every block of the cluster has started: pushes may begin
 
   for (int64_t t = 0; t < tr.len; ++t) {
@@ -183,7 +185,7 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
       s_ab[buf][tid] = to_float(ba[tid == 0 ? PL.a_col(hv) : PL.b_col(hv)]);
     }
     if constexpr (kPerToken)
-      if (per_token && tid == 2) s_slot[buf] = per_token_slot(g, p.conv, i, t, p.has_null, p.null_id);
+      if (per_token && tid == 32) s_slot[buf] = per_token_slot(g, p.conv, i, t, p.has_null, p.null_id);
     cluster.sync();  // token t's q, k (whole cluster), v, gates and (per token) window slot are in place
     if constexpr (kPerToken) {
       const int64_t tslot = per_token && ch >= 0 ? s_slot[buf] : -1;
