@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tuning sweep on a machine with an NVIDIA GPU: builds the CLI once per configuration of the recurrent kernels'
-# tuning macros (src/cuda/recurrent.cuh: GDN_REC_* for gated_delta_rule_recurrent, GDN_FUSED_* for
+# tuning macros (src/cuda/register/recurrent.cuh: GDN_REC_* for gated_delta_rule_recurrent, GDN_FUSED_* for
 # gdn_attention's fused step) and benchmarks each.
 # usage: bench/sweep.sh "CONFIG ..." [gdn bench args]
 #   CONFIG: comma-separated NAME=VALUE without the GDN_ prefix, "-" for the defaults, e.g.

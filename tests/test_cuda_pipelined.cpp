@@ -1,4 +1,4 @@
-// CUDA tests of the pipelined sm_90 kernels (src/cuda/recurrent_tma.cuh) on every batch, whatever
+// CUDA tests of the pipelined sm_90 kernels (src/cuda/pipelined/recurrent_tma.cuh) on every batch, whatever
 // its size (the default choice takes them only for large batches), and of that choice:
 //   CudaPipelinedFused.MixedBatchesMatchTheCpu: gdn_attention with the pipelined step forced, with
 //     and without its conv prologue (K = 128), over random mixed batches — prefills up to 20 tokens (tokens

@@ -1,4 +1,4 @@
-// The pipelined kernels' ring size rule (src/cuda/tma_ring.h), on the CPU: the stage count is the
+// The pipelined kernels' ring size rule (src/cuda/pipelined/tma_ring.h), on the CPU: the stage count is the
 // most that fits, rounded down to a multiple of the consumer warps; and a model of the ring's
 // barrier protocol (producer issuing items in order into stage k % S, consumer c taking items c,
 // c + C, ..., bulk copies landing out of order, mbarrier parity waits) never hands a consumer a
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/tma_ring.h"
+#include "cuda/pipelined/tma_ring.h"
 
 using gdn::cuda::tma_ring_stages;
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "cuda/backend.h"
-#include "cuda/conv.h"
-#include "cuda/recurrent.h"
+#include "cuda/conv/conv.h"
+#include "cuda/launch/launch.h"
 
 namespace gdn::cuda {
 namespace {

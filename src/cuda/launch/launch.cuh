@@ -1,0 +1,163 @@
+// src/cuda/launch/launch.cuh — launch_recurrent (launch.h): the planner's problem and facts from the
+// kernels' parameters and the device, the plan (src/cuda/plan/), and its execution by the kernel
+// family it names. Included once per (activation, state) dtype pair by launch_<act>_<state>.cu.
+#pragma once
+#include "cuda/launch/launch.h"
+#include "cuda/lean/recurrent_lean.cuh"
+#include "cuda/packed/recurrent_packed.cuh"
+#include "cuda/pipelined/tma_launch.cuh"
+#include "cuda/register/recurrent.cuh"
+#include "cuda/step/fused_step.cuh"
+
+namespace gdn::cuda {
+
+// The planner's view of a launch and the device's answers to its questions (plan/plan.h).
+template <typename TAct, typename TS, int KP>
+class KernelFacts final : public plan::Facts {
+ public:
+  KernelFacts(const RecurrentParams& p, int64_t nseq, bool fused, int dev, int sms)
+      : p_(p), nseq_(nseq), fused_(fused), dev_(dev), sms_(sms) {}
+  int sms() const override { return sms_; }
+  int64_t pipelined_blocks(int kTok) const override {
+    return fused_ ? cuda::pipelined_blocks<TAct, TS, KP, true>(dev_, kTok)
+                  : cuda::pipelined_blocks<TAct, TS, KP, false>(dev_, kTok);
+  }
+  bool cluster_resident(bool lean) const override {
+    using Tr = RecTraits<TS, true, kFormLarge>;
+    const bool dense = kHasVec<TS, KP / Tr::kLanes> && !p_.kv_layout && p_.state_vec && p_.K == KP;
+    return dense ? fused_step_resident<TAct, TS, KP, true>(p_, nseq_, lean)
+                 : fused_step_resident<TAct, TS, KP, false>(p_, nseq_, lean);
+  }
+  int lean_blocks_per_sm(bool spec) const override { return cuda::lean_blocks_per_sm<TS>(spec); }
+
+ private:
+  const RecurrentParams& p_;
+  int64_t nseq_;
+  bool fused_;
+  int dev_, sms_;
+};
+
+template <typename TAct, typename TS, int KP>
+plan::Problem plan_problem(const RecurrentParams& p, int64_t nseq, bool fused) {
+  plan::Problem pb;
+  pb.step = fused;
+  pb.state_bytes = static_cast<int>(sizeof(TS));
+  pb.K = p.K, pb.V = p.V, pb.H = p.H, pb.HV = p.HV, pb.r = p.r;
+  pb.nseq = nseq;
+  pb.tokens = fused ? p.src.num_actual_tokens : batch_tokens(p);
+  pb.spec = p.group[0].n > 0 ? p.group[0].spec : p.group[1].spec;
+  for (const GroupMeta& g : p.group) pb.verify_cols |= g.n > 0 && g.spec && g.cols > 1;
+  pb.dense = !p.kv_layout && p.state_vec;
+  pb.pipelined_ok = fused ? pipelined_ok<TAct, TS, KP, true>(p, nseq) : pipelined_ok<TAct, TS, KP, false>(p, nseq);
+  if (fused) {
+    pipelined_problem<TAct, TS, KP, true>(p, pb);
+    pb.cluster_ok = step_cluster_ok<StepTraits<TS>>(p);
+    pb.cluster_blocks = step_cluster_blocks<StepTraits<TS>>(p);
+    pb.per_token_verify = p.per_token_verify();
+  } else {
+    pipelined_problem<TAct, TS, KP, false>(p, pb);
+    if constexpr (KP == 128) lean_problem<TAct, TS>(p, nseq, pb.spec, pb);
+  }
+  return pb;
+}
+
+// The device's compute capability and SM count, queried once per device.
+inline Status device_of(int* dev, int* major, int* sms) {
+  constexpr int kMaxDev = 64;
+  static int majors[kMaxDev], counts[kMaxDev];  // 0: not yet queried
+  GDN_CUDA_CHECK(cudaGetDevice(dev));
+  if (*dev >= 0 && *dev < kMaxDev && counts[*dev] > 0) {
+    *major = majors[*dev], *sms = counts[*dev];
+    return Status::Ok();
+  }
+  GDN_CUDA_CHECK(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, *dev));
+  GDN_CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *dev));
+  if (*dev >= 0 && *dev < kMaxDev) majors[*dev] = *major, counts[*dev] = *sms;  // same values from any thread
+  return Status::Ok();
+}
+
+template <typename TAct, typename TS>
+Status launch_recurrent(const RecurrentParams& p, bool fused, plan::Override force, cudaStream_t stream,
+                        bool* one_launch) {
+  *one_launch = false;
+  const int64_t nseq = p.group[0].n + p.group[1].n;
+  if (nseq == 0) return Status::Ok();  // (fused: the caller's conv kernel copies z)
+  int dev = 0, major = 0, sms = 0;
+  GDN_RETURN_IF_ERROR(device_of(&dev, &major, &sms));
+  auto go = [&](auto kp_tag) -> Status {
+    constexpr int KP = decltype(kp_tag)::value;
+    const KernelFacts<TAct, TS, KP> facts(p, nseq, fused, dev, sms);
+    const plan::Problem pb = plan_problem<TAct, TS, KP>(p, nseq, fused);
+    const plan::Plan pl = plan::plan_launch(pb, major, facts, force);
+    auto run = [&](auto fused_tag, auto form_tag) -> Status {
+      constexpr bool kF = decltype(fused_tag)::value;
+      constexpr int kFm = decltype(form_tag)::value;
+      using Tr = RecTraits<TS, kF, kFm>;
+      constexpr int EPL = KP / Tr::kLanes;
+      const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == KP;
+      if constexpr (kF) {
+        if (pl.path == plan::Path::kStepCluster || pl.path == plan::Path::kStepClusterLean) {
+          static_assert(RecTraits<TS, false>::kLanes == Tr::kLanes, "one dense decision for both fused forms");
+          const Status st = dense ? launch_fused_step<TAct, TS, KP, true>(p, nseq, pl, stream)
+                                  : launch_fused_step<TAct, TS, KP, false>(p, nseq, pl, stream);
+          *one_launch = st.ok();
+          return st;
+        }
+      }
+      const dim3 grid(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
+                      static_cast<unsigned>(nseq));
+      return Launch(grid, Tr::kThreads, 0, stream)(dense ? recurrent_kernel<TAct, TS, KP, kF, true, kFm>
+                                                         : recurrent_kernel<TAct, TS, KP, kF, false, kFm>,
+                                                   p);
+    };
+    using T = std::true_type;
+    using F = std::false_type;
+    using Large = std::integral_constant<int, kFormLarge>;
+    using Small = std::integral_constant<int, kFormSmall>;
+    using Mid = std::integral_constant<int, kFormMid>;
+    switch (pl.path) {
+      case plan::Path::kStepPipelined:
+      case plan::Path::kStepPipelinedPrologue: {
+        const Status st = launch_pipelined<TAct, TS, KP, true>(p, pl, stream);
+        *one_launch = st.ok();
+        return st;
+      }
+      case plan::Path::kStepCluster:
+      case plan::Path::kStepClusterLean:
+      case plan::Path::kStepTwoLaunches:
+        return run(T{}, Large{});
+      case plan::Path::kLean:
+      case plan::Path::kLeanMore:
+      case plan::Path::kLeanStaged:
+        if constexpr (KP == 128) return launch_lean<TAct, TS>(p, nseq, pb.spec, pl.path, stream);
+        break;
+      case plan::Path::kPipelined:
+        return launch_pipelined<TAct, TS, KP, false>(p, pl, stream);
+      case plan::Path::kRegisterSmall:
+        return run(F{}, Small{});
+      case plan::Path::kRegisterMid:
+        if constexpr (sizeof(TS) == 2 && KP == 128) return run(F{}, Mid{});
+        break;
+      case plan::Path::kPacked:
+        if constexpr (sizeof(TS) == 2 && KP == 128) {
+          const dim3 grid(static_cast<unsigned>((p.V + PackedTraits::kRows - 1) / PackedTraits::kRows),
+                          static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq));
+          return Launch(grid, PackedTraits::kThreads, 0, stream)(recurrent_packed_kernel<TAct, TS, KP>, p);
+        }
+        break;
+      case plan::Path::kRegisterLarge:
+        return run(F{}, Large{});
+      default:
+        break;
+    }
+    return Status::Error(std::string("internal: planned kernel ") + plan::path_name(pl.path) +
+                         " has no instance for this launch");
+  };
+  if (p.K <= 32) return go(std::integral_constant<int, 32>{});
+  if (p.K <= 64) return go(std::integral_constant<int, 64>{});
+  if (p.K <= 128) return go(std::integral_constant<int, 128>{});
+  if (p.K <= 256) return go(std::integral_constant<int, 256>{});
+  return Status::Error("unsupported head_k_dim " + std::to_string(p.K) + " on CUDA: at most 256");
+}
+
+}  // namespace gdn::cuda

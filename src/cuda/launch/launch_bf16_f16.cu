@@ -1,0 +1,6 @@
+// The recurrence and step kernels for __nv_bfloat16 activations and __half state (every K, fused or not).
+#include "cuda/launch/launch.cuh"
+
+namespace gdn::cuda {
+template Status launch_recurrent<__nv_bfloat16, __half>(const RecurrentParams&, bool, plan::Override, cudaStream_t, bool*);
+}  // namespace gdn::cuda

@@ -1,6 +1,0 @@
-// Recurrent kernels for __nv_bfloat16 activations and __nv_bfloat16 state (every K, fused or not).
-#include "cuda/recurrent.cuh"
-
-namespace gdn::cuda {
-template Status launch_recurrent<__nv_bfloat16, __nv_bfloat16>(const RecurrentParams&, bool, plan::Override, cudaStream_t, bool*);
-}  // namespace gdn::cuda

@@ -1,6 +1,0 @@
-// Recurrent kernels for __half activations and __half state (every K, fused or not).
-#include "cuda/recurrent.cuh"
-
-namespace gdn::cuda {
-template Status launch_recurrent<__half, __half>(const RecurrentParams&, bool, plan::Override, cudaStream_t, bool*);
-}  // namespace gdn::cuda
