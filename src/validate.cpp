@@ -52,6 +52,31 @@ Status check_conv_rows(const Validator& v, const TensorView& conv_state, int64_t
 }
 
 // Both gated delta rule ops; `chunked` admits non-speculative sequences only.
+// Deferred commit (docs/contract.md §7): one slot per sequence, replay counts, two logs.
+Status check_deferred(Validator& v, const GatedDeltaRuleArgs& a, bool chunked, int64_t HV, int64_t K, int64_t V,
+                      int64_t* n) {
+  if (chunked) return v.must("verify_log", "absent (deferred commit is a mode of gated_delta_rule_recurrent)", a.verify_log);
+  GDN_RETURN_IF_ERROR(v.tensor("state_indices (deferred commit)", a.state_indices, index_dtype(), {{"n", kAnySize}}));
+  *n = a.state_indices.shape[0];
+  GDN_RETURN_IF_ERROR(v.tensor("num_accepted_tokens (deferred commit: tokens to replay)", a.num_accepted_tokens,
+                               index_dtype(), {{"n", *n}}));
+  const int64_t slots = a.ssm_state.shape[0];
+  GDN_RETURN_IF_ERROR(v.tensor("verify_log", a.verify_log, validate_detail::float32_dtype(),
+                               {{"num_slots", slots}, {"log_cols", kAnySize}, {"HV", HV}, {"K+V+2", K + V + 2}}));
+  GDN_RETURN_IF_ERROR(v.positive("verify_log", a.verify_log, 1, "[num_slots, log_cols, HV, K+V+2]", "log_cols"));
+  const int64_t cols = a.verify_log.shape[1];
+  GDN_RETURN_IF_ERROR(v.tensor("verify_log_out", a.verify_log_out, validate_detail::float32_dtype(),
+                               {{"num_slots", slots}, {"log_cols", cols}, {"HV", HV}, {"K+V+2", K + V + 2}}));
+  const TensorView* others[] = {&a.verify_log, &a.ssm_state, &a.o};
+  const char* names[] = {"verify_log", "ssm_state", "o"};
+  for (int j = 0; j < 3; ++j)
+    if (validate_detail::overlaps(a.verify_log_out, *others[j]))
+      return v.must("verify_log_out", std::string("memory that does not overlap ") + names[j], a.verify_log_out);
+  if (validate_detail::overlaps(a.verify_log, a.o) || validate_detail::overlaps(a.verify_log, a.ssm_state))
+    return v.must("verify_log", "memory that does not overlap ssm_state or o", a.verify_log);
+  return Status::Ok();
+}
+
 Status check_gated_delta_rule(const char* op, const GatedDeltaRuleArgs& a, bool chunked) {
   Validator v(op);
   GDN_RETURN_IF_ERROR(v.state_layout(a.state_layout));
@@ -100,7 +125,11 @@ Status check_gated_delta_rule(const char* op, const GatedDeltaRuleArgs& a, bool 
                     a.state_indices);
     }
   }
-  GDN_RETURN_IF_ERROR(check_slots_pair(v, a.state_indices, a.num_accepted_tokens, &n, &cols, &verify));
+  if (a.verify_log.present() || a.verify_log_out.present()) {
+    GDN_RETURN_IF_ERROR(check_deferred(v, a, chunked, HV, K, V, &n));
+  } else {
+    GDN_RETURN_IF_ERROR(check_slots_pair(v, a.state_indices, a.num_accepted_tokens, &n, &cols, &verify));
+  }
   GDN_RETURN_IF_ERROR(v.tensor("query_start_loc", a.query_start_loc, index_dtype(), {{"n+1", n + 1}}));
   GDN_RETURN_IF_ERROR(v.tensor("has_initial_state", a.has_initial_state, bool_dtype(), {{"n", n}}, Presence::kOptional));
   return v.tensor("o", a.o, like_q, {{"T", T}, {"HV", HV}, {"V", V}});

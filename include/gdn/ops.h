@@ -84,6 +84,17 @@ struct GatedDeltaRuleArgs {
   std::optional<int64_t> null_block_id;
   bool qk_l2norm = true;           // q^ = q / |q| scale, k^ = k / |k| (eps 1e-6)
   bool beta_sigmoid = true;        // beta = sigmoid(b)
+  // Deferred commit (docs/contract.md §7; gated_delta_rule_recurrent, CPU): present = on. Each
+  // sequence owns one slot (state_indices [n]) holding its committed state, and the same slot of a
+  // log [num_slots, log_cols, HV, K + V + 2] float32 holding its last verify step's tokens as the
+  // recurrence consumed them (k^, v, g, beta per value head). num_accepted_tokens [n] is required:
+  // how many logged tokens to replay before this step's tokens (clamped to [0, log_cols]; ignored
+  // without an initial state). verify_log is read, verify_log_out written: two tensors of the same
+  // shape that do not overlap (an engine alternates them from step to step).
+  TensorView verify_log, verify_log_out;
+  // Deferred: this step's tokens are drafts (true: the first log_cols are logged and the slot
+  // keeps the state before them) or all accepted (false: the slot receives the state after them).
+  bool log_tokens = true;
   // CUDA, sm_90: the metadata tensors (query_start_loc, state indices, num_accepted_tokens,
   // has_initial_state) are already final when the kernel launched right before this op on the
   // stream starts, and that kernel does not write them. The op's kernels may then read them

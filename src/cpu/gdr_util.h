@@ -93,6 +93,33 @@ inline void load_token(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t r
   in->beta = a.beta_sigmoid ? 1.f / (1.f + std::exp(-bv)) : bv;  // beta = sigmoid(b), or given
 }
 
+// Deferred commit's log (docs/contract.md §7): entry [slot, j, hv] = k^ (K), v (V), g, beta.
+inline float* log_entry(const TensorView& log, int64_t slot, int64_t j, int64_t hv) {
+  return static_cast<float*>(log.data) + slot * log.stride[0] + (j * log.shape[2] + hv) * log.shape[3];
+}
+
+// One token's state update, S (V x K) in place: S = exp(g) S; S += beta (v - S k^) k^T. Returns
+// nothing of o: the recurrence and the deferred replay share it, so both give the same bits.
+inline void update_state(float* S, int64_t V, int64_t K, const float* k, const float* v, float g, float beta,
+                         const float* q = nullptr, float* o = nullptr) {
+  const float decay = std::exp(g);
+  for (int64_t vi = 0; vi < V; ++vi) {
+    float* Sv = &S[vi * K];
+    float sk = 0.f;
+    for (int64_t ki = 0; ki < K; ++ki) {
+      Sv[ki] *= decay;  // S = exp(g) S
+      sk += Sv[ki] * k[ki];
+    }
+    const float d = beta * (v[vi] - sk);  // d = beta (v - S k)
+    float ov = 0.f;
+    for (int64_t ki = 0; ki < K; ++ki) {
+      Sv[ki] += d * k[ki];  // S += d k^T
+      if (q) ov += Sv[ki] * q[ki];  // o = S q
+    }
+    if (o) o[vi] = ov;
+  }
+}
+
 inline void zero_output(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int64_t hv) {
   for (int64_t i = 0; i < s.V; ++i) store_f(a.o.data, a.o.dtype, row * a.o.stride[0] + hv * s.V + i, 0.f);
 }

@@ -123,6 +123,8 @@ Status supports(const CausalConv1dUpdateArgs& a) {
 Status supports_recurrent(const GatedDeltaRuleArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_recurrent", a.q.shape[2]));
   GDN_RETURN_IF_ERROR(supports_gates("gated_delta_rule_recurrent", a));
+  if (a.verify_log.present())
+    return Status::Error("gated_delta_rule_recurrent: unsupported on CUDA: deferred commit (verify_log); it runs on the CPU");
   return supports_grid("gated_delta_rule_recurrent", a.state_indices.shape[0], a.v.shape[1]);
 }
 Status supports_chunked(const GatedDeltaRuleArgs& a) {
