@@ -74,6 +74,12 @@ Status check_deferred(Validator& v, const GatedDeltaRuleArgs& a, bool chunked, i
       return v.must("verify_log_out", std::string("memory that does not overlap ") + names[j], a.verify_log_out);
   if (validate_detail::overlaps(a.verify_log, a.o) || validate_detail::overlaps(a.verify_log, a.ssm_state))
     return v.must("verify_log", "memory that does not overlap ssm_state or o", a.verify_log);
+  GDN_RETURN_IF_ERROR(v.tensor("accepted_path", a.accepted_path, index_dtype(), {{"n", *n}, {"log_cols", cols}},
+                               Presence::kOptional));
+  GDN_RETURN_IF_ERROR(v.tensor("token_parents", a.token_parents, index_dtype(), {{"T", a.q.shape[0]}},
+                               Presence::kOptional));
+  if (a.token_parents.present() && !a.log_tokens)
+    return v.fail("token_parents (a tree of draft tokens) requires log_tokens true");
   return Status::Ok();
 }
 
@@ -125,6 +131,10 @@ Status check_gated_delta_rule(const char* op, const GatedDeltaRuleArgs& a, bool 
                     a.state_indices);
     }
   }
+  if (!a.verify_log.present() && (a.token_parents.present() || a.accepted_path.present()))
+    return v.must(a.token_parents.present() ? "token_parents" : "accepted_path",
+                  "absent without verify_log (token trees are a deferred-commit mode)",
+                  a.token_parents.present() ? a.token_parents : a.accepted_path);
   if (a.verify_log.present() || a.verify_log_out.present()) {
     GDN_RETURN_IF_ERROR(check_deferred(v, a, chunked, HV, K, V, &n));
   } else {

@@ -11,9 +11,15 @@
 //     and both logs' rows untouched), an accepted count above log_cols (clamped: every logged token
 //     replayed), a negative one (nothing replayed), a sequence without initial state (zeros, its log
 //     ignored) and one of zero tokens (its replay committed) against the same calls done by hand.
-//   PropDeferred.InvalidArgumentsAreRejected: the chunked op, a log that is not float32, of another
-//     shape, overlapping the other log, [n, cols] slots, no num_accepted_tokens: errors, nothing
-//     written.
+//   PropDeferred.TreesEqualTheirPaths: token-tree verify, float32: a chain-shaped tree equals linear
+//     verify (outputs, committed state, log, byte for byte); in random trees of up to 16 nodes and
+//     depth 8 (two sequences) each node's output equals the last output of linear verify of its
+//     root-to-node path from the same committed state, and committing an accepted path
+//     (accepted_path) leaves the state linear verify of that path commits; parents outside [0, t)
+//     make a root, a path entry outside the log ends the replay.
+//   PropDeferredValidation.InvalidArgumentsAreRejected: the chunked op, a log that is not float32,
+//     of another shape, overlapping the other log, [n, cols] slots, no num_accepted_tokens, a tree
+//     without the log or with log_tokens false: errors, nothing written.
 #include "prop_ops.h"
 
 namespace gdn::prop {
@@ -31,8 +37,8 @@ std::string def_name(const ::testing::TestParamInfo<DefParam>& i) {
 }
 class PropDeferred : public ::testing::TestWithParam<DefParam> {};
 
-Buf log_buf(int64_t slots) {
-  Buf b(DType::kFloat32, {slots, kCols, kHV, kK + kV + 2});
+Buf log_buf(int64_t slots, int64_t cols = kCols) {
+  Buf b(DType::kFloat32, {slots, cols, kHV, kK + kV + 2});
   for (int64_t i = 0; i < b.numel(); ++i) b.set(i, 0.0);
   return b;
 }
@@ -202,6 +208,138 @@ std::vector<DefParam> def_params() {
 }
 INSTANTIATE_TEST_SUITE_P(Prop, PropDeferred, ::testing::ValuesIn(def_params()), def_name);
 
+// The tree tests' problem: float32 everywhere, two sequences, a committed state per slot and a log
+// holding a previous step of kCols tokens.
+constexpr int64_t kTreeCols = 16;  // the log holds every node of a tree
+struct TreeCase {
+  Buf pool = make_ssm_pool(DType::kFloat32, 3, kHV, kK, kV, StateLayout::kVK);
+  Buf log_in = log_buf(3, kTreeCols), log_out = log_buf(3, kTreeCols);
+  Buf slots = index_buf({0, 1});
+};
+TreeCase make_tree_case(Rng& r) {
+  TreeCase c;
+  fill_normal(c.pool, r, 0.5);
+  // a previous verify step of kCols tokens per sequence, logged
+  GdrIn prev = make_gdr_in(r, 2 * kCols, kH, kHV, kK, kV, DType::kFloat32, DType::kFloat32);
+  Buf qsl = index_buf({0, kCols, 2 * kCols}), o(DType::kFloat32, {2 * kCols, kHV, kV});
+  Buf scratch = log_buf(3, kTreeCols);
+  EXPECT_TRUE(run_deferred(prev, c.pool, StateLayout::kVK, qsl, c.slots, {0, 0}, nullptr, o, scratch, c.log_in, true).ok());
+  return c;
+}
+
+// One deferred step of `in` (tokens per sequence `lens`) on a copy of c with replay counts `replay`
+// (path rows `path`, or none), tree `parents` (or a chain); returns outputs, pool and written log.
+struct StepOut {
+  Buf o, pool, log;
+};
+StepOut tree_step(const TreeCase& c, GdrIn& in, const std::vector<int64_t>& lens, const std::vector<int64_t>& replay,
+                  const std::vector<std::vector<int64_t>>* path, const std::vector<int64_t>* parents,
+                  bool log_tokens = true) {
+  StepOut r{Buf(DType::kFloat32, {in.T, kHV, kV}), c.pool, c.log_out};
+  Buf qsl = index_buf(prefix_sum(lens)), nacc = index_buf(replay), slots = c.slots, log_in = c.log_in;
+  GatedDeltaRuleArgs a = gdr_args(in, r.pool, StateLayout::kVK, qsl, slots, &nacc, nullptr, r.o);
+  a.verify_log = log_in.view();
+  a.verify_log_out = r.log.view();
+  a.log_tokens = log_tokens;
+  Buf pbuf, par;
+  if (path) {
+    pbuf = index_buf2(*path, kTreeCols);
+    a.accepted_path = pbuf.view();
+  }
+  if (parents) {
+    par = index_buf(*parents);
+    a.token_parents = par.view();
+  }
+  const Status st = gated_delta_rule_recurrent(a);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return r;
+}
+
+TEST(PropDeferredTree, TreesEqualTheirPaths) {
+  Rng r(7500);
+  const TreeCase c = make_tree_case(r);
+  // a chain is linear verify
+  {
+    GdrIn in = make_gdr_in(r, 7, kH, kHV, kK, kV, DType::kFloat32, DType::kFloat32);
+    const std::vector<int64_t> lens = {3, 4}, chain = {-1, 0, 1, -1, 0, 1, 2};
+    const StepOut lin = tree_step(c, in, lens, {2, 4}, nullptr, nullptr);
+    const StepOut tr = tree_step(c, in, lens, {2, 4}, nullptr, &chain);
+    EXPECT_TRUE(tr.o.same_bytes(lin.o)) << "chain outputs: " << byte_diff(tr.o, lin.o);
+    EXPECT_TRUE(tr.pool.same_bytes(lin.pool)) << "chain committed state";
+    EXPECT_TRUE(tr.log.same_bytes(lin.log)) << "chain log";
+  }
+  for (int trial = 0; trial < 4; ++trial) {
+    SCOPED_TRACE(::testing::Message() << "tree " << trial);
+    // two trees of up to 16 nodes, depth <= 8 (parents precede children); trial 3 adds hostile parents
+    std::vector<int64_t> lens = {r.randint(1, 16), r.randint(1, 16)}, parents, depth;
+    std::vector<std::vector<int64_t>> par_of(2);
+    for (int64_t i = 0; i < 2; ++i) {
+      for (int64_t t = 0; t < lens[i]; ++t) {
+        int64_t p = t == 0 ? -1 : r.randint(-1, t - 1);
+        while (p >= 0 && depth[depth.size() - t + p] >= 7) p = par_of[i][p];  // keep depth <= 8
+        const int64_t d = p < 0 ? 0 : depth[depth.size() - t + p] + 1;
+        par_of[i].push_back(p);
+        depth.push_back(d);
+        parents.push_back(p);
+      }
+    }
+    if (trial == 3) {  // outside [0, t): roots
+      parents[lens[0] > 1 ? 1 : 0] = 99;
+      parents.back() = -7;
+      par_of[0][lens[0] > 1 ? 1 : 0] = -1;
+      par_of[1].back() = -1;
+    }
+    const int64_t T = lens[0] + lens[1];
+    GdrIn in = make_gdr_in(r, T, kH, kHV, kK, kV, DType::kFloat32, DType::kFloat32);
+    const std::vector<int64_t> replay = {r.randint(0, kCols), r.randint(0, kCols)};  // the previous step logged kCols
+    const StepOut tr = tree_step(c, in, lens, replay, nullptr, &parents);
+    // each node against linear verify of its root-to-node path (the other sequence: its root only)
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t t = 0; t < lens[i]; ++t) {
+        std::vector<int64_t> path;
+        for (int64_t u = t; u >= 0; u = par_of[i][u]) path.insert(path.begin(), u);
+        const int64_t base = i == 0 ? 0 : lens[0], other = i == 0 ? lens[0] : 0;
+        std::vector<int64_t> rows;
+        if (i == 1) rows.push_back(other);
+        for (int64_t u : path) rows.push_back(base + u);
+        if (i == 0) rows.push_back(lens[0]);
+        GdrIn pin = slice_tokens(in, rows);
+        const std::vector<int64_t> plens = i == 0 ? std::vector<int64_t>{static_cast<int64_t>(path.size()), 1}
+                                                  : std::vector<int64_t>{1, static_cast<int64_t>(path.size())};
+        const StepOut lin = tree_step(c, pin, plens, replay, nullptr, nullptr);
+        const int64_t last = (i == 0 ? static_cast<int64_t>(path.size()) - 1 : static_cast<int64_t>(path.size()));
+        EXPECT_EQ(bit_diff(tr.o, (base + t) * kHV * kV, lin.o, last * kHV * kV, kHV * kV), "")
+            << "sequence " << i << " node " << t << " vs its path of " << path.size();
+        EXPECT_TRUE(tr.pool.same_bytes(lin.pool)) << "the committed state does not depend on the tree";
+        if (t + 1 == lens[i] && i == 1) {
+          // commit the path: a decode replaying it equals one replaying linear verify's log of it
+          GdrIn dec = make_gdr_in(r, 2, kH, kHV, kK, kV, DType::kFloat32, DType::kFloat32);
+          std::vector<std::vector<int64_t>> acc_path(2, std::vector<int64_t>(kTreeCols, -1));
+          for (size_t j = 0; j < path.size(); ++j) acc_path[1][j] = path[j];
+          const int64_t plen = static_cast<int64_t>(path.size());
+          TreeCase after_tree{tr.pool, tr.log, log_buf(3, kTreeCols), c.slots};
+          TreeCase after_lin{lin.pool, lin.log, log_buf(3, kTreeCols), c.slots};
+          // linear verify logged sequence 1's path after sequence 0's single token: rows 0.. of slot 1
+          std::vector<std::vector<int64_t>> lin_path(2, std::vector<int64_t>(kTreeCols, -1));
+          for (int64_t j = 0; j < plen; ++j) lin_path[1][j] = j;
+          const StepOut d1 = tree_step(after_tree, dec, {1, 1}, {0, plen}, &acc_path, nullptr, false);
+          const StepOut d2 = tree_step(after_lin, dec, {1, 1}, {0, plen}, &lin_path, nullptr, false);
+          EXPECT_EQ(bit_diff(d1.o, kHV * kV, d2.o, kHV * kV, kHV * kV), "") << "decode after committing the path";
+          EXPECT_EQ(bit_diff(d1.pool, d1.pool.row_elems(), d2.pool, d2.pool.row_elems(), d1.pool.row_elems()), "")
+              << "state after committing the path";
+        }
+      }
+  }
+  // a path entry outside the log ends the replay: [1, -1, 2] replays row 1 only
+  GdrIn in = make_gdr_in(r, 2, kH, kHV, kK, kV, DType::kFloat32, DType::kFloat32);
+  std::vector<std::vector<int64_t>> cut(2, std::vector<int64_t>(kTreeCols, 0)), one = cut;
+  cut[0][0] = cut[1][0] = one[0][0] = one[1][0] = 1;
+  cut[0][1] = -1, cut[0][2] = 2, cut[1][1] = 99;
+  const StepOut a = tree_step(c, in, {1, 1}, {3, 4}, &cut, nullptr, false);
+  const StepOut b = tree_step(c, in, {1, 1}, {1, 1}, &one, nullptr, false);
+  EXPECT_TRUE(a.o.same_bytes(b.o) && a.pool.same_bytes(b.pool)) << "a path cut by an entry outside the log";
+}
+
 TEST(PropDeferredValidation, InvalidArgumentsAreRejected) {
   Rng r(7400);
   GdrIn in = make_gdr_in(r, 3, kH, kHV, kK, kV, DType::kFloat32, DType::kFloat32);
@@ -247,6 +385,15 @@ TEST(PropDeferredValidation, InvalidArgumentsAreRejected) {
   a = base();
   a.state_indices = slots2.view();
   refused(a, false, "state_indices");
+  Buf parents = index_buf({-1, -1, 0});
+  a = base();
+  a.token_parents = parents.view();
+  a.log_tokens = false;
+  refused(a, false, "log_tokens");
+  a = base();
+  a.verify_log = a.verify_log_out = TensorView{};
+  a.token_parents = parents.view();
+  refused(a, false, "token_parents");
 }
 
 }  // namespace

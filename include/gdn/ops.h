@@ -95,6 +95,11 @@ struct GatedDeltaRuleArgs {
   // Deferred: this step's tokens are drafts (true: the first log_cols are logged and the slot
   // keeps the state before them) or all accepted (false: the slot receives the state after them).
   bool log_tokens = true;
+  // Deferred, token trees (docs/contract.md §7): token_parents [T] (index dtype), per token its
+  // parent's index within its sequence, -1 for a root (the step's tokens form a tree; absent: a
+  // chain). accepted_path [n, log_cols] (index dtype): the log rows to replay, in order, the first
+  // num_accepted_tokens[i] of row i (absent: rows 0, 1, ...).
+  TensorView token_parents, accepted_path;
   // CUDA, sm_90: the metadata tensors (query_start_loc, state indices, num_accepted_tokens,
   // has_initial_state) are already final when the kernel launched right before this op on the
   // stream starts, and that kernel does not write them. The op's kernels may then read them

@@ -28,7 +28,8 @@ std::vector<TensorView*> tensors_of(CausalConv1dUpdateArgs& a) {
 
 std::vector<TensorView*> tensors_of(GatedDeltaRuleArgs& a) {
   return {&a.q, &a.k, &a.v, &a.a, &a.b, &a.A_log, &a.dt_bias, &a.ssm_state, &a.query_start_loc,
-          &a.state_indices, &a.num_accepted_tokens, &a.has_initial_state, &a.o, &a.verify_log, &a.verify_log_out};
+          &a.state_indices, &a.num_accepted_tokens, &a.has_initial_state, &a.o, &a.verify_log, &a.verify_log_out,
+          &a.token_parents, &a.accepted_path};
 }
 
 std::vector<TensorView*> tensors_of(GdnAttentionArgs& a) {
