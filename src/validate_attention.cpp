@@ -11,6 +11,7 @@ namespace gdn {
 using validate_detail::activation_dtype;
 using validate_detail::any_float_dtype;
 using validate_detail::bool_dtype;
+using validate_detail::float32_dtype;
 using validate_detail::index_dtype;
 using validate_detail::kAnySize;
 using validate_detail::mul_add;
@@ -98,6 +99,47 @@ Status check_group(Validator& v, const GroupNames& g, int64_t n, const TensorVie
 
 }  // namespace
 
+// Deferred commit (docs/contract.md §7): the four logs, the replay counts, paths and tree.
+static Status check_deferred_attention(Validator& v, const GdnAttentionArgs& a, int64_t HV, int64_t K, int64_t V,
+                                int64_t D, int64_t W, int64_t n_ns, int64_t n_spec) {
+  const int64_t slots = a.conv_state.shape[0];
+  GDN_RETURN_IF_ERROR(v.tensor("verify_log", a.verify_log, float32_dtype(),
+                               {{"num_slots", slots}, {"log_cols", kAnySize}, {"HV/tp", HV}, {"K+V+2", K + V + 2}}));
+  GDN_RETURN_IF_ERROR(v.positive("verify_log", a.verify_log, 1, "[num_slots, log_cols, HV/tp, K+V+2]", "log_cols"));
+  const int64_t cols = a.verify_log.shape[1];
+  GDN_RETURN_IF_ERROR(v.tensor("verify_log_out", a.verify_log_out, float32_dtype(),
+                               {{"num_slots", slots}, {"log_cols", cols}, {"HV/tp", HV}, {"K+V+2", K + V + 2}}));
+  const auto like = same_dtype_as("projected_states_qkvz", a.projected_states_qkvz);
+  GDN_RETURN_IF_ERROR(v.tensor("conv_log", a.conv_log, like, {{"num_slots", slots}, {"log_cols", cols}, {"D", D}}));
+  GDN_RETURN_IF_ERROR(v.tensor("conv_log_out", a.conv_log_out, like, {{"num_slots", slots}, {"log_cols", cols}, {"D", D}}));
+  const TensorView* logs[] = {&a.verify_log, &a.verify_log_out, &a.conv_log, &a.conv_log_out};
+  const char* names[] = {"verify_log", "verify_log_out", "conv_log", "conv_log_out"};
+  const TensorView* outs[] = {&a.core_attn_out, &a.z, &a.conv_state, &a.ssm_state};
+  for (int x = 0; x < 4; ++x) {
+    for (int y = x + 1; y < 4; ++y)
+      if (validate_detail::overlaps(*logs[x], *logs[y]))
+        return v.must(names[y], std::string("memory that does not overlap ") + names[x], *logs[y]);
+    for (const TensorView* o : outs)
+      if (validate_detail::overlaps(*logs[x], *o))
+        return v.must(names[x], "memory that does not overlap core_attn_out, z, conv_state or ssm_state", *logs[x]);
+  }
+  GDN_RETURN_IF_ERROR(v.tensor("non_spec_num_accepted_tokens", a.non_spec_num_accepted_tokens, index_dtype(),
+                               {{"num_prefills + num_decodes", n_ns}}, Presence::kOptional));
+  GDN_RETURN_IF_ERROR(v.tensor("non_spec_accepted_path", a.non_spec_accepted_path, index_dtype(),
+                               {{"num_prefills + num_decodes", n_ns}, {"log_cols", cols}}, Presence::kOptional));
+  GDN_RETURN_IF_ERROR(v.tensor("spec_accepted_path", a.spec_accepted_path, index_dtype(),
+                               {{"num_spec_decodes", n_spec}, {"log_cols", cols}}, Presence::kOptional));
+  const int64_t spec_limit = a.spec_token_indx.present() ? a.spec_token_indx.shape[0] : a.num_actual_tokens;
+  GDN_RETURN_IF_ERROR(v.tensor("spec_token_parents", a.spec_token_parents, index_dtype(), {{"spec tokens", kAnySize}},
+                               Presence::kOptional));
+  if (a.spec_token_parents.present() && a.spec_token_parents.shape[0] < spec_limit)
+    return v.must("spec_token_parents", "[>= spec tokens] (spec_token_indx's length, or num_actual_tokens) = [" +
+                                            str(spec_limit) + "]", a.spec_token_parents);
+  if (a.conv_state.shape[1] < W - 1)
+    return v.must("conv_state", "[num_slots, rows, D] with rows >= W-1 (deferred commit) = " + str(W - 1), a.conv_state);
+  return Status::Ok();
+}
+
 Status validate(const GdnAttentionArgs& a) {
   Validator v("gdn_attention");
   GDN_RETURN_IF_ERROR(check_scalars(v, a));
@@ -157,6 +199,14 @@ Status validate(const GdnAttentionArgs& a) {
   GDN_RETURN_IF_ERROR(v.tensor("num_accepted_tokens", a.num_accepted_tokens, index_dtype(),
                                {{"num_spec_decodes", n_spec}}, n_spec > 0 ? Presence::kRequired : Presence::kOptional));
 
+  if (a.verify_log.present() || a.verify_log_out.present() || a.conv_log.present() || a.conv_log_out.present())
+    return check_deferred_attention(v, a, HV, K, V, D, W, n_ns, n_spec);
+  for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"non_spec_num_accepted_tokens",
+                                                                         &a.non_spec_num_accepted_tokens},
+                                {"spec_accepted_path", &a.spec_accepted_path},
+                                {"non_spec_accepted_path", &a.non_spec_accepted_path},
+                                {"spec_token_parents", &a.spec_token_parents}})
+    if (t->present()) return v.must(name, "absent without the deferred-commit logs (verify_log, conv_log)", *t);
   const bool rolling = a.spec_state_indices_tensor.present() && a.spec_conv_layout == SpecConvLayout::kRolling;
   const int64_t need_rows = rolling ? W - 2 + cols : W - 1;
   if (a.conv_state.shape[1] < need_rows) {

@@ -149,6 +149,15 @@ struct GdnAttentionArgs {
   // before that kernel has finished (programmatic dependent launch), so their state loads start
   // earlier. Otherwise (the default) every read waits for the previous kernel. Ignored on the CPU.
   bool metadata_ready_early = false;
+  // Deferred commit and token trees (docs/contract.md §7; CPU), present = on for both groups. A
+  // sequence's slot is column 0 of its state indices; its committed conv window is rows 0..W-2 of
+  // that conv_state slot. verify_log / verify_log_out as in GatedDeltaRuleArgs (the recurrence's
+  // log); conv_log / conv_log_out [num_slots, log_cols, D] in the projections' dtype (the conv
+  // inputs of the logged tokens). Verify sequences log their tokens, non-spec ones commit them.
+  TensorView verify_log, verify_log_out, conv_log, conv_log_out;
+  TensorView non_spec_num_accepted_tokens;  // [num_prefills + num_decodes] or absent (0): logged tokens to replay
+  TensorView spec_accepted_path, non_spec_accepted_path;  // [n of the group, log_cols] or absent (rows 0, 1, ...)
+  TensorView spec_token_parents;  // [>= spec tokens]: per local spec token its parent within its sequence; absent: chains
 };
 
 // Host-side argument validation (no memory is read through the pointers). Ok means the call is

@@ -92,7 +92,32 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
                                     : make_view(w.slots.data(), DType::kInt64, {g.n});
   const TensorView x_v = make_view(w.x.data(), act, {used, D});
   const TensorView y_v = make_view(w.y.data(), act, {used, D});
-  if (g.spec) {
+  // Deferred commit (docs/contract.md §7): slot = column 0, replay counts (non-spec: given or 0).
+  const bool deferred = a.verify_log.present();
+  std::vector<int64_t> zeros(deferred && !g.spec ? static_cast<size_t>(g.n) : 0, 0);
+  const TensorView slot0_v = make_view(w.slots.data(), DType::kInt64, {g.n});
+  TensorView replay_v = g.spec ? *g.num_accepted_tokens : a.non_spec_num_accepted_tokens;
+  if (deferred && !replay_v.present()) replay_v = make_view(zeros.data(), DType::kInt64, {g.n});
+  std::vector<int64_t> col0(deferred && g.spec ? static_cast<size_t>(g.n) : 0);
+  const TensorView path_v = g.spec ? a.spec_accepted_path : a.non_spec_accepted_path;
+  TensorView parents_v;
+  if (deferred && g.spec && a.spec_token_parents.present()) {
+    parents_v = a.spec_token_parents;
+    parents_v.shape[0] = used;  // local tokens [0, used) (validated: at least that long)
+  }
+  const TensorView slots_d = [&] {
+    if (!deferred || !g.spec) return slot0_v;
+    for (int64_t i = 0; i < g.n; ++i) col0[i] = w.slots[i * cols];
+    return make_view(col0.data(), DType::kInt64, {g.n});
+  }();
+  if (deferred) {
+    DeferredConv c;
+    c.x = x_v; c.y = y_v; c.weight = a.conv_weights; c.bias = a.conv_bias; c.conv_state = a.conv_state;
+    c.qsl = qsl_v; c.slots = slots_d; c.replay = replay_v; c.init = g.spec ? TensorView{} : *g.has_initial_state;
+    c.path = path_v; c.parents = parents_v; c.log = a.conv_log; c.log_out = a.conv_log_out;
+    c.activation = a.activation; c.log_tokens = g.spec; c.null_block_id = a.null_block_id;
+    GDN_RETURN_IF_ERROR(cpu::deferred_conv(c));
+  } else if (g.spec) {
     CausalConv1dUpdateArgs c;
     c.x = x_v; c.weight = a.conv_weights; c.bias = a.conv_bias; c.conv_state = a.conv_state;
     c.query_start_loc = qsl_v; c.state_indices = slots_v; c.num_accepted_tokens = *g.num_accepted_tokens;
@@ -119,6 +144,13 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
   r.query_start_loc = qsl_v; r.state_indices = slots_v;
   if (g.spec) r.num_accepted_tokens = *g.num_accepted_tokens;
   else r.has_initial_state = *g.has_initial_state;
+  if (deferred) {
+    r.state_indices = slots_d;
+    r.num_accepted_tokens = replay_v;
+    r.verify_log = a.verify_log; r.verify_log_out = a.verify_log_out;
+    r.log_tokens = g.spec;
+    r.accepted_path = path_v; r.token_parents = parents_v;
+  }
   r.o = make_view(w.o.data(), act, {used, HV, L.V});
   r.state_layout = StateLayout::kVK;
   r.scale = a.scale;

@@ -189,4 +189,74 @@ Status causal_conv1d_update(const CausalConv1dUpdateArgs& a) {
   return Status::Ok();
 }
 
+// Deferred commit: per (sequence, channel block), the committed window (rows 0..W-2 of the slot)
+// with the replayed inputs slid in, then the tokens (a chain: window ++ tokens; a tree: each
+// token's window the W-1 inputs before it on its root-to-token path, from the window past the
+// root), the same arithmetic as conv_sequence.
+Status deferred_conv(const DeferredConv& a) {
+  const ConvCommon p{&a.x, &a.weight, &a.bias, &a.conv_state, &a.y, a.x.shape[1], a.weight.shape[1],
+                     a.activation == Activation::kSilu};
+  const int64_t n = a.slots.shape[0], num_slots = a.conv_state.shape[0], log_cols = a.log.shape[1];
+  const int64_t nblocks = (p.D + kChannelBlock - 1) / kChannelBlock, W1 = p.W - 1;
+  const int64_t es = static_cast<int64_t>(dtype_size(a.x.dtype));
+  const bool has_null = a.null_block_id.has_value();
+  const int64_t null_id = a.null_block_id.value_or(0);
+  parallel_for(n * nblocks, [&](int64_t item) {
+    const int64_t i = item / nblocks, c0 = (item % nblocks) * kChannelBlock;
+    const int64_t c1 = std::min(p.D, c0 + kChannelBlock), row_bytes = (c1 - c0) * es;
+    const auto tr = sequence_tokens(a.qsl, i, a.x.shape[0]);
+    const int64_t slot = load_index1(a.slots, i);
+    if (!rules::slot_valid(slot, num_slots, has_null, null_id)) {
+      zero_rows(a.y, tr.begin, tr.len, c0, c1);
+      return;
+    }
+    const bool init = load_bool(a.init, i, true);
+    std::vector<char> win = read_window(a.conv_state, init ? slot : -1, 0, p.W, c0, c1);
+    auto slide = [&](std::vector<char>& w, const char* u) {
+      std::memmove(w.data(), w.data() + row_bytes, static_cast<size_t>((W1 - 1) * row_bytes));
+      std::memcpy(w.data() + (W1 - 1) * row_bytes, u, row_bytes);
+    };
+    auto log_row = [&](const TensorView& log, int64_t j) {
+      return static_cast<char*>(log.data) + (slot * log.stride[0] + j * p.D + c0) * es;
+    };
+    const int64_t replay = init ? std::clamp<int64_t>(load_index1(a.replay, i), 0, log_cols) : 0;
+    for (int64_t j = 0; j < replay; ++j) {
+      const int64_t row = a.path.present() ? load_index2(a.path, i, j) : j;
+      if (row < 0 || row >= log_cols) break;  // a path entry outside the log ends the replay
+      slide(win, log_row(a.log, row));
+    }
+    auto store_window = [&](const std::vector<char>& w) {
+      for (int64_t r = 0; r < W1; ++r) std::memcpy(pool_at(a.conv_state, slot, r, c0), w.data() + r * row_bytes, row_bytes);
+    };
+    if (a.log_tokens || tr.len == 0) store_window(win);  // the committed window
+    auto keep = [&](int64_t t, const char* u) {
+      if (a.log_tokens && t < log_cols) std::memcpy(log_row(a.log_out, t), u, row_bytes);
+    };
+    if (!a.parents.present()) {
+      conv_sequence(
+          p, win, tr.begin, tr.len, c0, c1,
+          [&](int64_t t, int64_t r) -> char* {
+            return !a.log_tokens && t == tr.len - 1 ? pool_at(a.conv_state, slot, r, c0) : nullptr;
+          },
+          keep);
+      return;
+    }
+    for (int64_t t = 0; t < tr.len; ++t) {  // a tree: token t's window along its path
+      std::vector<const char*> before;       // its predecessors' inputs, nearest first
+      int64_t u = t;
+      for (int64_t k = 0; k < W1; ++k) {
+        const int64_t par = load_index1(a.parents, tr.begin + u);
+        if (par < 0 || par >= u) break;  // a root
+        before.push_back(x_at(a.x, tr.begin + par, c0));
+        u = par;
+      }
+      std::vector<char> wt(win);
+      for (auto it = before.rbegin(); it != before.rend(); ++it) slide(wt, *it);
+      conv_sequence(p, wt, tr.begin + t, 1, c0, c1, [](int64_t, int64_t) -> char* { return nullptr; },
+                    [&](int64_t, const char* x) { keep(t, x); });
+    }
+  });
+  return Status::Ok();
+}
+
 }  // namespace gdn::cpu

@@ -134,6 +134,8 @@ Status supports_chunked(const GatedDeltaRuleArgs& a) {
 }
 Status supports(const GdnAttentionArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gdn_attention", a.head_k_dim));
+  if (a.verify_log.present() || a.conv_log.present())
+    return Status::Error("gdn_attention: unsupported on CUDA: deferred commit (verify_log, conv_log); it runs on the CPU");
   // + 1024: the conv kernel's extra block rows for the z copy
   return supports_grid("gdn_attention", a.num_prefills + a.num_decodes + a.num_spec_decodes + 1024,
                        a.num_v_heads / a.tp_size);
