@@ -47,6 +47,8 @@ void usage(FILE* f) {
       "  --ngram MIN:MAX       n-gram lengths for prompt lookup (default 1:4)\n"
       "engine\n"
       "  --max-running N --token-budget N --prefill-chunk N\n"
+      "  --deferred            deferred-commit verify: one state slot per request, the step's tokens\n"
+      "                        logged and replayed at the next commit (CPU)\n"
       "  --no-pad              do not pad decode-only steps like CUDA-graph replays\n"
       "  --no-check-metadata   skip gdn::check_metadata before each call\n"
       "  --device cpu|cuda     where gdn_attention, the pools and the metadata live; with cuda the\n"
@@ -179,6 +181,8 @@ int cmd_demo(int argc, char** argv) {
       cfg.check_metadata = false;
     } else if (a == "--inject-fault") {
       cfg.inject_fault = true;
+    } else if (a == "--deferred") {
+      cfg.deferred = true;
     } else if (a == "--no-progress") {
       show_progress = false;
     } else {

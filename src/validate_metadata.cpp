@@ -62,6 +62,7 @@ struct Group {
   std::string pool_what;
   int64_t num_actual_tokens;  // remap bound
   std::optional<int64_t> null_block_id;
+  int64_t replay_cols = 0;  // deferred commit: nat holds replay counts in [0, replay_cols] (log_cols)
 };
 
 bool is_padding_slot(int64_t s, const std::optional<int64_t>& null_id) { return s < 0 || (null_id && s == *null_id); }
@@ -89,7 +90,16 @@ Status check_group(const Validator& v, const Group& g) {
                     ") (the slots of " + g.pool_what + "; negative slots mark padding)");
     }
   }
-  if (g.nat.present()) {
+  if (g.nat.present() && g.replay_cols > 0) {  // deferred commit: replay counts
+    for (int64_t i = 0; i < n; ++i) {
+      if (is_padding_slot(read_index(g.slots, i, 0), g.null_block_id)) continue;
+      const int64_t a = read_index(g.nat, i);
+      if (a < 0 || a > g.replay_cols) {
+        return v.fail(element("replay count", g.nat, i) + " = " + str(a) + " is outside [0, " + str(g.replay_cols) +
+                      "] (log_cols of the deferred-commit logs)");
+      }
+    }
+  } else if (g.nat.present()) {
     for (int64_t i = 0; i < n; ++i) {
       if (is_padding_slot(read_index(g.slots, i, 0), g.null_block_id)) continue;
       const int64_t a = read_index(g.nat, i);
@@ -160,9 +170,10 @@ Status check_metadata(const GatedDeltaRuleArgs& args) {
     as_if_on(a.q, t);
   }
   GDN_RETURN_IF_ERROR(validate_recurrent(a));
-  return check_group(v, primitive_group(args.query_start_loc, args.state_indices, args.num_accepted_tokens,
-                                        args.q.shape[0], "rows of q", args.ssm_state.shape[0], "ssm_state",
-                                        args.null_block_id));
+  Group g = primitive_group(args.query_start_loc, args.state_indices, args.num_accepted_tokens, args.q.shape[0],
+                            "rows of q", args.ssm_state.shape[0], "ssm_state", args.null_block_id);
+  if (args.verify_log.present()) g.replay_cols = args.verify_log.shape[1];
+  return check_group(v, g);
 }
 
 Status check_metadata(const GdnAttentionArgs& args) {
@@ -176,17 +187,20 @@ Status check_metadata(const GdnAttentionArgs& args) {
               {"spec_query_start_loc", args.spec_query_start_loc},
               {"spec_token_indx", args.spec_token_indx},
               {"spec_state_indices_tensor", args.spec_state_indices_tensor},
-              {"num_accepted_tokens", args.num_accepted_tokens}};
+              {"num_accepted_tokens", args.num_accepted_tokens},
+              {"non_spec_num_accepted_tokens", args.non_spec_num_accepted_tokens}};
   for (const auto& h : host) GDN_RETURN_IF_ERROR(host_only(v, h.name, h.t));
   GdnAttentionArgs a = args;
   for (TensorView* t : {&a.non_spec_query_start_loc, &a.non_spec_token_indx, &a.non_spec_state_indices_tensor,
                         &a.spec_query_start_loc, &a.spec_token_indx, &a.spec_state_indices_tensor,
-                        &a.num_accepted_tokens, &a.has_initial_state}) {
+                        &a.num_accepted_tokens, &a.has_initial_state, &a.non_spec_num_accepted_tokens}) {
     as_if_on(a.projected_states_qkvz, t);
   }
   GDN_RETURN_IF_ERROR(validate(a));
 
   const int64_t num_slots = args.conv_state.shape[0];
+  const bool deferred = args.verify_log.present();
+  const int64_t log_cols = deferred ? args.verify_log.shape[1] : 0;
   const auto limit_of = [&](const TensorView& remap, const char* remap_name) {
     return remap.present() ? std::make_pair(remap.shape[0], std::string("length of ") + remap_name)
                            : std::make_pair(args.num_actual_tokens, std::string("num_actual_tokens"));
@@ -194,19 +208,21 @@ Status check_metadata(const GdnAttentionArgs& args) {
   // A group with no sequences may leave its tensors out.
   if (args.non_spec_state_indices_tensor.present() && args.non_spec_query_start_loc.present()) {
     const auto limit = limit_of(args.non_spec_token_indx, "non_spec_token_indx");
-    GDN_RETURN_IF_ERROR(check_group(
-        v, Group{"non_spec_query_start_loc", args.non_spec_query_start_loc, "non_spec_state_indices_tensor",
-                 args.non_spec_state_indices_tensor, TensorView{}, "non_spec_token_indx", args.non_spec_token_indx,
-                 limit.first, limit.second, num_slots, "conv_state and ssm_state", args.num_actual_tokens,
-                 args.null_block_id}));
+    Group g{"non_spec_query_start_loc", args.non_spec_query_start_loc, "non_spec_state_indices_tensor",
+            args.non_spec_state_indices_tensor, TensorView{}, "non_spec_token_indx", args.non_spec_token_indx,
+            limit.first, limit.second, num_slots, "conv_state and ssm_state", args.num_actual_tokens,
+            args.null_block_id};
+    if (deferred) g.nat = args.non_spec_num_accepted_tokens, g.replay_cols = log_cols;
+    GDN_RETURN_IF_ERROR(check_group(v, g));
   }
   if (args.spec_state_indices_tensor.present() && args.spec_query_start_loc.present()) {
     const auto limit = limit_of(args.spec_token_indx, "spec_token_indx");
-    GDN_RETURN_IF_ERROR(check_group(
-        v, Group{"spec_query_start_loc", args.spec_query_start_loc, "spec_state_indices_tensor",
-                 args.spec_state_indices_tensor, args.num_accepted_tokens, "spec_token_indx", args.spec_token_indx,
-                 limit.first, limit.second, num_slots, "conv_state and ssm_state", args.num_actual_tokens,
-                 args.null_block_id}));
+    Group g{"spec_query_start_loc", args.spec_query_start_loc, "spec_state_indices_tensor",
+            args.spec_state_indices_tensor, args.num_accepted_tokens, "spec_token_indx", args.spec_token_indx,
+            limit.first, limit.second, num_slots, "conv_state and ssm_state", args.num_actual_tokens,
+            args.null_block_id};
+    if (deferred) g.replay_cols = log_cols;
+    GDN_RETURN_IF_ERROR(check_group(v, g));
   }
   return Status::Ok();
 }

@@ -56,6 +56,31 @@ TEST(Demo, ShortConfigurationIsLossless) {
   EXPECT_EQ(s.generated, r.plain.generated);
 }
 
+// Deferred commit (docs/contract.md §7): the same tokens, the same steps, one slot per request, a
+// state write per sequence per step (fewer state bytes than the per-token mode whenever a verify
+// step stores more than one state), and the bookkeeping fault is still caught.
+TEST(Demo, DeferredCommitIsLosslessAndWritesOneStatePerSequence) {
+  DemoConfig c = short_demo_config();
+  const DemoResult per_token = run_ok(c);
+  c.deferred = true;
+  SCOPED_TRACE(describe(c) + ", deferred");
+  const DemoResult d = run_ok(c);
+  EXPECT_EQ(d.outputs, per_token.outputs);
+  EXPECT_EQ(d.spec.steps, per_token.spec.steps);
+  EXPECT_EQ(d.spec_pool_slots, c.max_running);  // one slot per request
+  EXPECT_GT(d.spec.verifies, 0);
+  const ModelConfig& m = d.model;
+  const int64_t state = m.layers * m.num_v_heads * m.head_v_dim * m.head_k_dim * 4;
+  EXPECT_EQ(d.spec.state_bytes % state, 0);
+  EXPECT_LT(d.spec.state_bytes, per_token.spec.state_bytes);
+  EXPECT_GT(d.spec.log_bytes, 0);
+  EXPECT_EQ(per_token.spec.log_bytes, 0);
+  c.inject_fault = true;
+  DemoResult bad;
+  ASSERT_TRUE(run_demo(c, &bad).ok());
+  EXPECT_FALSE(bad.lossless) << "a replay count one short went unnoticed";
+}
+
 TEST(Demo, EveryDraftRejected) {
   DemoConfig c = short_demo_config();
   c.proposer = "draft";

@@ -24,9 +24,10 @@ const char* to_string(ItemKind k) {
 }
 
 Batch build_batch(const std::vector<Item>& items, const std::function<const std::vector<int32_t>&(int)>& slots,
-                  int64_t cols, const PadOptions& pad, BatchLayout* layout) {
+                  int64_t cols, const PadOptions& pad, BatchLayout* layout, bool deferred) {
   Batch b;
   b.cols = cols;
+  b.deferred = deferred;
   layout->first_row.assign(items.size(), 0);
   layout->pad_rows = layout->pad_sequences = 0;
   int32_t row = 0;
@@ -48,6 +49,7 @@ Batch build_batch(const std::vector<Item>& items, const std::function<const std:
       b.ns_qsl.push_back(static_cast<int32_t>(b.ns_indx.size()));
       b.ns_slots.push_back(slots(it.req)[0]);
       b.ns_has_init.push_back(it.has_init ? 1 : 0);
+      b.ns_replay.push_back(kind == ItemKind::kDecode ? it.replay : 0);
       (kind == ItemKind::kDecode ? b.num_decodes : b.num_prefills) += 1;
     }
   }
@@ -59,7 +61,7 @@ Batch build_batch(const std::vector<Item>& items, const std::function<const std:
     b.sp_qsl.push_back(static_cast<int32_t>(b.sp_indx.size()));
     const std::vector<int32_t>& row_slots = slots(it.req);
     for (int64_t c = 0; c < cols; ++c) b.sp_slots.push_back(row_slots[c]);
-    b.sp_accepted.push_back(it.accepted);
+    b.sp_accepted.push_back(deferred ? it.replay : it.accepted);
   }
 
   b.rows = b.num_actual_tokens;
@@ -79,6 +81,7 @@ Batch build_batch(const std::vector<Item>& items, const std::function<const std:
       b.ns_qsl.push_back(b.ns_qsl.back());
       b.ns_slots.push_back(-1);
       b.ns_has_init.push_back(1);
+      b.ns_replay.push_back(0);
       ++b.num_decodes;
       ++layout->pad_sequences;
     }

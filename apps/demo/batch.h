@@ -31,6 +31,7 @@ struct Item {
   std::vector<int32_t> tokens;  // prefill: a piece of the prompt; decode: [x0]; verify: [x0, drafts...]
   bool has_init = true;         // prefill: false for the first piece
   int32_t accepted = 1;         // verify: num_accepted_tokens
+  int32_t replay = 0;           // deferred commit: logged tokens to replay first (docs/contract.md §7)
   bool last_piece = false;      // prefill: the piece that completes the prompt
 };
 
@@ -46,9 +47,11 @@ struct BatchLayout {
 
 // Global rows follow the items' order (spec and non-spec tokens interleave, so both token remaps
 // are real); the non-spec group lists plain decodes first, then prefill pieces (the vLLM order).
-// `slots(req)` is the request's block-table row (at least `cols` entries).
+// `slots(req)` is the request's block-table row (at least `cols` entries). deferred: one slot per
+// request (cols 1), replay counts from the items (verify: num_accepted_tokens; decodes:
+// non_spec_num_accepted_tokens; prefill pieces: 0).
 Batch build_batch(const std::vector<Item>& items, const std::function<const std::vector<int32_t>&(int)>& slots,
-                  int64_t cols, const PadOptions& pad, BatchLayout* layout);
+                  int64_t cols, const PadOptions& pad, BatchLayout* layout, bool deferred = false);
 
 // Global rows whose logits a step needs: every verify row, every decode row, and the last row of a
 // prompt's last piece; `owner` receives (item index, token index within the item) per row.

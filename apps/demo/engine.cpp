@@ -16,6 +16,8 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+int64_t Engine::slots_per_request() const { return opt_.deferred ? 1 : cols_; }
+
 const char* to_string(ProposerKind p) {
   switch (p) {
     case ProposerKind::kNone: return "none";
@@ -40,11 +42,16 @@ Status Engine::init(const Weights& target, const Weights* draft, const EngineOpt
                          "max(prefill_chunk, num_spec + 1) = " + str(need) + ", got " + str(opt.token_budget));
   }
   target_ = &target;
+  if (opt.deferred && opt.device != Device::kCPU) {
+    return Status::Error("demo engine: deferred commit runs on the CPU backend only (use --device cpu)");
+  }
   RunnerOptions ro;
   ro.device = opt.device;
-  ro.num_slots = opt.max_running * cols_;
-  ro.cols = cols_;
+  ro.num_slots = opt.max_running * slots_per_request();
+  ro.cols = opt.deferred ? 1 : cols_;
   ro.check_metadata = opt.check_metadata;
+  ro.deferred = opt.deferred;
+  ro.log_cols = cols_;
   GDN_RETURN_IF_ERROR(runner_.init(target, ro));
   pool_.init(ro.num_slots);
   bool need_draft = false;
@@ -90,11 +97,12 @@ void Engine::admit() {
     if (r.phase != Phase::kWaiting) continue;
     if (r.spec.arrival_step > stats_.steps || running >= opt_.max_running) break;  // first come, first served
     const bool uses_draft = draft_ && r.spec.proposer == ProposerKind::kDraftModel;
-    if (pool_.free_count() < cols_ || (uses_draft && draft_->pool().free_count() < cols_ + 1)) break;
-    pool_.allocate(cols_, &r.slots);
+    if (pool_.free_count() < slots_per_request() || (uses_draft && draft_->pool().free_count() < cols_ + 1)) break;
+    pool_.allocate(slots_per_request(), &r.slots);
     if (uses_draft) draft_->start(static_cast<int>(i));
     r.phase = Phase::kPrefill;
     r.accepted = 1;
+    r.replay = 0;
     ++running;
   }
 }
@@ -158,6 +166,7 @@ std::vector<Item> Engine::schedule() {
     const Live& r = reqs_[i];
     Item it;
     it.req = static_cast<int>(i);
+    it.replay = r.replay;
     if (r.phase == Phase::kPrefill) {
       it.kind = ItemKind::kPrefill;
       it.tokens.assign(r.spec.prompt.begin() + r.prefilled, r.spec.prompt.begin() + r.prefilled + piece[i]);
@@ -205,9 +214,11 @@ Status Engine::commit(const std::vector<Item>& items, const std::vector<std::pai
       emit(g.at(0));
       r.phase = Phase::kDecode;
       r.accepted = 1;  // state in column 0, window in rows 0..W-2
+      r.replay = 0;    // deferred: committed, nothing logged
     } else if (it.kind == ItemKind::kDecode) {
       emit(g.at(0));
       r.accepted = 1;
+      r.replay = 0;
       ++stats_.plain_decodes;
       ++stats_.decode_request_steps;
       ++stats_.decode_tokens;
@@ -219,6 +230,7 @@ Status Engine::commit(const std::vector<Item>& items, const std::vector<std::pai
       for (int j = 0; j < m; ++j) emit(it.tokens[j + 1]);
       emit(g.at(m));  // the bonus token
       r.accepted = opt_.inject_fault && m > 0 ? m : m + 1;  // the next verify reads column a - 1
+      r.replay = r.accepted;  // deferred: the tokens of this step's log to replay
       const int kind = static_cast<int>(r.spec.proposer);
       for (int j = 0; j < n; ++j) ++stats_.proposed_at[j];
       for (int j = 0; j < m; ++j) ++stats_.accepted_at[j];
@@ -232,6 +244,20 @@ Status Engine::commit(const std::vector<Item>& items, const std::vector<std::pai
     if (static_cast<int>(r.out.size()) >= r.spec.max_new_tokens) finish(r);
   }
   return Status::Ok();
+}
+
+// What gdn_attention writes for the items, in every layer: a state per sequence, one per stored
+// verify token in the per-token mode (t < cols), and in the deferred mode each verify token's logs.
+void Engine::count_writes(const std::vector<Item>& items) {
+  const ModelConfig& c = target_->cfg;
+  const int64_t state = c.num_v_heads * c.head_v_dim * c.head_k_dim * 4;
+  const int64_t log = (c.num_v_heads * (c.head_k_dim + c.head_v_dim + 2) + c.conv_dim()) * 4;
+  for (const Item& it : items) {
+    const int64_t T = static_cast<int64_t>(it.tokens.size());
+    const bool verify = it.kind == ItemKind::kVerify;
+    stats_.state_bytes += c.layers * state * (verify && !opt_.deferred ? std::min<int64_t>(T, cols_) : 1);
+    if (verify && opt_.deferred) stats_.log_bytes += c.layers * log * std::min<int64_t>(T, cols_);
+  }
 }
 
 void Engine::finish(Live& r) {
@@ -248,8 +274,9 @@ Status Engine::step() {
   if (!items.empty()) {
     BatchLayout layout;
     const Batch b = build_batch(
-        items, [this](int req) -> const std::vector<int32_t>& { return reqs_[req].slots; }, cols_, opt_.pad,
-        &layout);
+        items, [this](int req) -> const std::vector<int32_t>& { return reqs_[req].slots; },
+        opt_.deferred ? 1 : cols_, opt_.pad, &layout, opt_.deferred);
+    count_writes(items);
     std::vector<std::pair<int, int>> owner;
     const std::vector<int32_t> rows = logit_rows(items, layout, &owner);
     std::vector<float> logits;

@@ -43,6 +43,8 @@ struct EngineOptions {
   uint64_t seed = 1;            // for corruption
   bool inject_fault = false;    // tests of the checker: after accepting m >= 1 drafts, feed back
                                 // num_accepted_tokens = m instead of m + 1 (a bookkeeping bug)
+  bool deferred = false;        // deferred commit (docs/contract.md §7, CPU): one slot per request
+                                // and logs instead of a slot per draft column
 };
 
 struct EngineStats {
@@ -54,6 +56,9 @@ struct EngineStats {
   int64_t proposed[3] = {0, 0, 0}, accepted[3] = {0, 0, 0};  // per ProposerKind
   int64_t generated = 0;
   double seconds = 0, target_seconds = 0, draft_seconds = 0;
+  // Target model, all layers: SSM state bytes gdn_attention wrote (a state per sequence, and per
+  // verify token below the block-table width in the per-token mode) and log bytes (deferred).
+  int64_t state_bytes = 0, log_bytes = 0;
 };
 
 class Engine {
@@ -84,6 +89,7 @@ class Engine {
     std::vector<int64_t> out_step;
     std::vector<int32_t> slots;   // block-table row
     int32_t accepted = 1;         // num_accepted_tokens for the next verify
+    int32_t replay = 0;           // deferred: logged tokens the next step replays
     std::vector<int32_t> drafts;  // this step's proposals
   };
   void admit();
@@ -92,6 +98,8 @@ class Engine {
   Status commit(const std::vector<Item>& items, const std::vector<std::pair<int, int>>& owner,
                 const std::vector<float>& logits);
   void finish(Live& r);
+  void count_writes(const std::vector<Item>& items);
+  int64_t slots_per_request() const;
 
   EngineOptions opt_;
   int64_t cols_ = 1;

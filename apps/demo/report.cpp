@@ -69,7 +69,8 @@ std::string summary_table(const DemoConfig& c, const DemoResult& r) {
   s << "  requests   " << r.requests.size() << " (prompts " << pmin << ".." << pmax << " tokens, " << gmin << ".."
     << gmax << " new tokens, arriving over steps 0.." << last_arrival << ")\n";
   s << "  engine     up to " << c.max_running << " running, " << c.token_budget << "-token steps, prefill chunks of "
-    << c.prefill_chunk << ", 1 + " << c.num_spec << " slots per request (pool " << r.spec_pool_slots << ", peak "
+    << c.prefill_chunk << ", " << (c.deferred ? std::string("1 slot (deferred commit)") : "1 + " + std::to_string(c.num_spec) + " slots")
+    << " per request (pool " << r.spec_pool_slots << ", peak "
     << r.spec_pool_peak << ", " << r.spec_pool_allocations << " rows allocated, " << r.spec_pool_releases
     << " freed)\n";
   s << "  proposers  " << proposers_line(c) << "\n\n";
@@ -82,6 +83,10 @@ std::string summary_table(const DemoConfig& c, const DemoResult& r) {
   s << row("seconds (target / drafting)", fmt("%.3f", a.target_seconds) + " / " + fmt("%.3f", a.draft_seconds),
            fmt("%.3f", b.target_seconds));
   s << row("mean accepted length", fmt("%.2f", mean_accepted_length(a)), fmt("%.2f", mean_accepted_length(b)));
+  auto per_step = [](int64_t bytes, const EngineStats& e) { return fmt("%.1f KB", bytes / 1024.0 / std::max<int64_t>(1, e.steps)); };
+  s << row(c.deferred ? "state + log written per step" : "state written per step",
+           per_step(a.state_bytes, a) + (c.deferred ? " + " + per_step(a.log_bytes, a) : std::string()),
+           per_step(b.state_bytes, b));
   if (c.device == Device::kCPU && tokens_per_second(a) < tokens_per_second(b)) {
     s << "  (on the CPU a step costs in proportion to its tokens and the draft model is as large as the\n"
          "   target, so speculation saves engine steps here, not time; on a GPU a decode step costs about\n"
@@ -128,7 +133,9 @@ nlohmann::json summary_json(const DemoConfig& c, const DemoResult& r) {
                 {"verify_tokens", s.verify_tokens},
                 {"padded_steps", s.padded_steps},
                 {"pad_rows", s.pad_rows},
-                {"pad_sequences", s.pad_sequences}};
+                {"pad_sequences", s.pad_sequences},
+                {"state_bytes_written", s.state_bytes},
+                {"log_bytes_written", s.log_bytes}};
   };
   const EngineStats& a = r.spec;
   json per_pos = json::array();
@@ -144,6 +151,7 @@ nlohmann::json summary_json(const DemoConfig& c, const DemoResult& r) {
          {"seed", c.seed},
          {"requests", r.requests.size()},
          {"num_spec", c.num_spec},
+         {"verify_commit", c.deferred ? "deferred" : "per_token"},
          {"proposer", c.proposer},
          {"draft_noise", c.draft_noise},
          {"corrupt", c.corrupt},

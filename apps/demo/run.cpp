@@ -118,8 +118,10 @@ Status run_demo(const DemoConfig& cfg, DemoResult* res, const ProgressFn& progre
   so.corrupt = cfg.corrupt;
   so.seed = cfg.seed;
   so.inject_fault = cfg.inject_fault;
+  so.deferred = cfg.deferred;
   EngineOptions po = so;  // the reference: plain greedy decoding, same scheduler and chunks
   po.num_spec = 0;
+  po.deferred = false;
   std::vector<RequestSpec> plain_reqs = res->requests;
   for (auto& r : plain_reqs) r.proposer = ProposerKind::kNone;
 

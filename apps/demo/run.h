@@ -40,6 +40,7 @@ struct DemoConfig {
   Device device = Device::kCPU;
   int threads = 0;                  // matmul threads; 0: the machine's cores (at most 8)
   bool inject_fault = false;        // a deliberate state-bookkeeping bug (tests of the check)
+  bool deferred = false;            // deferred commit: one slot per request and logs (CPU)
 };
 
 // The configuration of `make test` (and `gdn demo --short`): a tiny model, a few seconds at most.

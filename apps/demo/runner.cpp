@@ -119,7 +119,16 @@ Status ModelRunner::init(const Weights& weights, const RunnerOptions& opt) {
     GDN_RETURN_IF_ERROR(to_device(opt.device, lw.dt_bias, &L.dt_bias));
     GDN_RETURN_IF_ERROR(L.conv_pool.allocate(opt.device, static_cast<size_t>(opt.num_slots * conv_slot_stride_) * 4));
     GDN_RETURN_IF_ERROR(L.ssm_pool.allocate(opt.device, static_cast<size_t>(opt.num_slots * ssm_slot) * 4));
+    if (opt.deferred) {
+      for (int k = 0; k < 2; ++k) {
+        GDN_RETURN_IF_ERROR(L.rec_log[k].allocate(
+            opt.device, static_cast<size_t>(opt.num_slots * opt.log_cols * c.num_v_heads *
+                                            (c.head_k_dim + c.head_v_dim + 2)) * 4));
+        GDN_RETURN_IF_ERROR(L.conv_log[k].allocate(opt.device, static_cast<size_t>(opt.num_slots * opt.log_cols * D) * 4));
+      }
+    }
   }
+  log_cur_ = 0;
   return Status::Ok();
 }
 
@@ -191,6 +200,16 @@ Status ModelRunner::attention(size_t l, const Batch& b) {
   GDN_RETURN_IF_ERROR(index_view(b.sp_slots, DType::kInt32, {ns, b.cols}, dev, &d_sp_slots_, &m.sp_slots));
   GDN_RETURN_IF_ERROR(index_view(b.sp_accepted, DType::kInt32, {ns}, dev, &d_sp_acc_, &m.sp_acc));
   set_metadata(a, b, m);
+  if (b.deferred) {
+    const int64_t S = opt_.num_slots, LC = opt_.log_cols, E = c.head_k_dim + c.head_v_dim + 2;
+    a.verify_log = L.rec_log[log_cur_].view(DType::kFloat32, {S, LC, HV, E});
+    a.verify_log_out = L.rec_log[1 - log_cur_].view(DType::kFloat32, {S, LC, HV, E});
+    a.conv_log = L.conv_log[log_cur_].view(DType::kFloat32, {S, LC, c.conv_dim()});
+    a.conv_log_out = L.conv_log[1 - log_cur_].view(DType::kFloat32, {S, LC, c.conv_dim()});
+    if (nn > 0) {
+      GDN_RETURN_IF_ERROR(index_view(b.ns_replay, DType::kInt32, {nn}, dev, &d_ns_replay_, &a.non_spec_num_accepted_tokens));
+    }
+  }
 
   if (opt_.check_metadata) {
     GdnAttentionArgs h = a;
@@ -260,6 +279,7 @@ Status ModelRunner::forward(const Batch& b, const std::vector<int32_t>& logit_ro
     matmul(g_.data(), n, VD, lw.out.data(), d, o_.data());
     add_inplace(h_.data(), o_.data(), n * d);
   }
+  if (b.deferred) log_cur_ = 1 - log_cur_;  // every layer wrote the other log: the next step reads it
   if (logit_rows.empty()) return Status::Ok();
   const int64_t m = static_cast<int64_t>(logit_rows.size());
   x_.resize(static_cast<size_t>(m * d));

@@ -33,7 +33,10 @@ struct Batch {
   std::vector<int32_t> sp_qsl{0};      // [n + 1]
   std::vector<int32_t> sp_indx;        // [tokens]
   std::vector<int32_t> sp_slots;       // [n * cols]
-  std::vector<int32_t> sp_accepted;    // [n]
+  std::vector<int32_t> sp_accepted;    // [n] (deferred: replay counts)
+  // Deferred commit (docs/contract.md §7): one slot per sequence, replay counts of the non-spec group.
+  bool deferred = false;
+  std::vector<int32_t> ns_replay;      // [n]
 
   int64_t num_non_spec() const { return static_cast<int64_t>(ns_slots.size()); }
   int64_t num_spec() const { return static_cast<int64_t>(sp_accepted.size()); }
@@ -44,6 +47,8 @@ struct RunnerOptions {
   int64_t num_slots = 0;
   int64_t cols = 1;              // block-table width: conv rows = W - 2 + cols (at least W - 1)
   bool check_metadata = false;   // call gdn::check_metadata before every gdn_attention
+  bool deferred = false;         // deferred commit: the logs below, one slot per sequence (cols 1)
+  int64_t log_cols = 1;          // deferred: tokens a step may log (1 + drafts)
 };
 
 struct RunnerStats {
@@ -70,6 +75,7 @@ class ModelRunner {
  private:
   struct Layer {
     Buffer conv_w, A_log, dt_bias, conv_pool, ssm_pool;
+    Buffer rec_log[2], conv_log[2];  // deferred: the logs, alternating step by step (log_cur_ is read)
   };
   Status attention(size_t l, const Batch& b);
   Status check_pad_rows(size_t l, const Batch& b) const;
@@ -77,13 +83,14 @@ class ModelRunner {
   const Weights* w_ = nullptr;
   RunnerOptions opt_;
   int64_t conv_rows_ = 0, conv_slot_stride_ = 0;
+  int log_cur_ = 0;
   std::vector<Layer> layers_;
   RunnerStats stats_;
   // Host activations.
   std::vector<float> h_, x_, qkvz_, ba_, core_, z_, g_, o_;
   // Device copies (CUDA only): projections, outputs and metadata.
   Buffer d_qkvz_, d_ba_, d_core_, d_z_;
-  Buffer d_ns_qsl_, d_ns_indx_, d_ns_slots_, d_ns_init_, d_sp_qsl_, d_sp_indx_, d_sp_slots_, d_sp_acc_;
+  Buffer d_ns_qsl_, d_ns_indx_, d_ns_slots_, d_ns_init_, d_sp_qsl_, d_sp_indx_, d_sp_slots_, d_sp_acc_, d_ns_replay_;
 };
 
 }  // namespace gdn::demo
