@@ -233,3 +233,96 @@ TEST(PropDeferredAttentionTree, TreeNodesEqualTheirPaths) {
 
 }  // namespace
 }  // namespace gdn::prop
+
+namespace gdn::prop {
+namespace {
+
+// Hostile values in the deferred mode's metadata (replay counts, paths, parents far out of range,
+// negative, huge) on a batch of prefills, decodes and verify sequences: the call succeeds (every
+// value is clamped or makes a root / ends a replay: docs/contract.md §7), reads and writes stay in
+// bounds (the sanitizer build checks), and the slots no sequence names — in both pools and all
+// four logs — keep their bytes.
+TEST(PropDeferredAttentionHostile, GarbageCountsPathsAndParentsStayInBounds) {
+  Rng r(7900);
+  for (int trial = 0; trial < 6; ++trial) {
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
+    AttnProblem p;
+    p.act = DType::kFloat32; p.ssm_dtype = DType::kFloat32; p.cols = 1;
+    p.conv_layout = SpecConvLayout::kPerToken; p.conv_rows_extra = 0;
+    p.num_slots = 8;  // sequences use slots 0..4; 5..7 must stay untouched
+    alloc_params_and_pools(p, r);
+    fill_normal(p.conv_pool, r, 1.0);
+    fill_normal(p.ssm_pool, r, 0.3);
+    const int64_t kLog = 3;
+    Logs logs = make_logs(p, p.num_slots, kLog);
+    for (int k = 0; k < 2; ++k) {
+      fill_normal(logs.rec[k], r, 0.5);
+      fill_normal(logs.conv[k], r, 0.5);
+    }
+    std::vector<int64_t> lens = {r.randint(1, 6), 1, r.randint(1, 5), r.randint(1, 5), 0};
+    const int64_t rows = lens[0] + lens[1] + lens[2] + lens[3];
+    const std::vector<int64_t> perm = shuffled(rows, r);
+    int64_t next = 0;
+    auto garbage = [&]() -> int64_t {
+      switch (r.randint(0, 4)) {
+        case 0: return -1 - r.randint(0, 1000);
+        case 1: return 1000000 + r.randint(0, 1000);
+        case 2: return int64_t{1} << 40;
+        default: return r.randint(-2, 4);
+      }
+    };
+    for (int64_t i = 0; i < 5; ++i) {
+      AttnSeq s;
+      for (int64_t t = 0; t < lens[i]; ++t) s.rows.push_back(perm[next++]);
+      s.spec = i >= 2;
+      if (s.spec) {
+        s.cols = {i};
+        s.nacc = garbage();
+      } else {
+        s.slot = i;
+        s.has_init = i == 1;
+      }
+      p.seqs.push_back(s);
+    }
+    p.index_dtype = DType::kInt64;  // room for the huge values
+    p.rows_alloc = p.num_actual = rows;
+    build_meta(p);
+    p.qkvz = Buf(p.act, {rows, p.qkvz_width()});
+    p.ba = Buf(p.act, {rows, 2 * p.HV});
+    fill_normal(p.qkvz, r, 1.0);
+    fill_normal(p.ba, r, 1.0);
+    std::vector<int64_t> ns_replay = {garbage(), garbage()}, parents(rows + 4);
+    for (int64_t& x : parents) x = garbage();
+    std::vector<std::vector<int64_t>> sp_path(3, std::vector<int64_t>(kLog)), ns_path(2, std::vector<int64_t>(kLog));
+    for (auto* m : {&sp_path, &ns_path})
+      for (auto& row : *m)
+        for (int64_t& x : row) x = garbage();
+    Buf ns_buf = index_buf(ns_replay, DType::kInt64), par_buf = index_buf(parents, DType::kInt64);
+    Buf sp_pbuf = index_buf2(sp_path, kLog, DType::kInt64), ns_pbuf = index_buf2(ns_path, kLog, DType::kInt64);
+    const Buf conv0 = p.conv_pool, ssm0 = p.ssm_pool, rec_out0 = logs.rec[1], conv_out0 = logs.conv[1];
+    Buf core, z;
+    make_outputs(p, &core, &z, 0);
+    GdnAttentionArgs a = attention_args(p, core, z);
+    a.verify_log = logs.rec[0].view();
+    a.verify_log_out = logs.rec[1].view();
+    a.conv_log = logs.conv[0].view();
+    a.conv_log_out = logs.conv[1].view();
+    a.non_spec_num_accepted_tokens = ns_buf.view();
+    a.spec_token_parents = par_buf.view();
+    a.spec_accepted_path = sp_pbuf.view();
+    a.non_spec_accepted_path = ns_pbuf.view();
+    PROP_ASSERT_OK(capture::run_on(Backend::kCPU, a));
+    for (int64_t s = 5; s < p.num_slots; ++s) {
+      EXPECT_EQ(bit_diff(p.conv_pool, s * p.conv_pool.row_elems(), conv0, s * conv0.row_elems(), conv0.row_elems()), "")
+          << "conv slot " << s;
+      expect_slot_close(p.ssm_pool, s, ssm0, s, 0.0, "unnamed ssm slot");
+      const int64_t lr = logs.rec[1].row_elems(), lc = logs.conv[1].row_elems();
+      EXPECT_EQ(bit_diff(logs.rec[1], s * lr, rec_out0, s * lr, lr), "") << "recurrence log slot " << s;
+      EXPECT_EQ(bit_diff(logs.conv[1], s * lc, conv_out0, s * lc, lc), "") << "conv log slot " << s;
+    }
+    for (int64_t e = 0; e < core.numel(); ++e) ASSERT_TRUE(std::isfinite(core.get(e))) << "core_attn_out " << e;
+  }
+}
+
+}  // namespace
+}  // namespace gdn::prop
