@@ -37,7 +37,9 @@ std::vector<TensorView*> tensors_of(GdnAttentionArgs& a) {
           &a.conv_state, &a.ssm_state, &a.conv_weights, &a.conv_bias, &a.A_log, &a.dt_bias,
           &a.has_initial_state, &a.non_spec_query_start_loc, &a.non_spec_token_indx,
           &a.non_spec_state_indices_tensor, &a.spec_query_start_loc, &a.spec_token_indx,
-          &a.spec_state_indices_tensor, &a.num_accepted_tokens};
+          &a.spec_state_indices_tensor, &a.num_accepted_tokens, &a.verify_log, &a.verify_log_out, &a.conv_log,
+          &a.conv_log_out, &a.non_spec_num_accepted_tokens, &a.spec_accepted_path, &a.non_spec_accepted_path,
+          &a.spec_token_parents};
 }
 
 // Bytes from the first element to one past the last one reachable through the strides.
