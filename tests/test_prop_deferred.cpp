@@ -39,7 +39,7 @@ class PropDeferred : public ::testing::TestWithParam<DefParam> {};
 
 Buf log_buf(int64_t slots, int64_t cols = kCols) {
   Buf b(DType::kFloat32, {slots, cols, kHV, kK + kV + 2});
-  for (int64_t i = 0; i < b.numel(); ++i) b.set(i, 0.0);
+  fill_value(b, 0.0);
   return b;
 }
 
@@ -141,7 +141,7 @@ TEST_P(PropDeferred, PaddingClampingAndFreshSequences) {
         log_in.set(e + kK + kV + 1, 0.5);
       }
   Buf o(prm.act, {qsl_v.back(), kHV, kV});
-  for (int64_t i = 0; i < o.numel(); ++i) o.set(i, 3.0);
+  fill_value(o, 3.0);
   const Buf pool0 = pool, log_out0 = log_out;
   PROP_ASSERT_OK(run_deferred(in, pool, prm.layout, qsl, slots, replay, &has_init, o, log_in, log_out, true, null_id));
   const int64_t E = kK + kV + 2, row = kHV * E;

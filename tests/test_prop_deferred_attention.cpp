@@ -18,13 +18,6 @@ namespace {
 
 constexpr int64_t kSeqs = 4, kCols = 4;
 
-std::vector<int64_t> shuffled(int64_t n, Rng& r) {
-  std::vector<int64_t> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = i;
-  for (int64_t i = n - 1; i > 0; --i) std::swap(v[i], v[r.randint(0, i)]);
-  return v;
-}
-
 struct DAParam {
   DType act, ssm;
 };
@@ -40,8 +33,8 @@ Logs make_logs(const AttnProblem& p, int64_t slots, int64_t cols) {
   for (int k = 0; k < 2; ++k) {
     l.rec[k] = Buf(DType::kFloat32, {slots, cols, p.HV, p.K + p.V + 2});
     l.conv[k] = Buf(p.act, {slots, cols, p.D()});
-    for (int64_t i = 0; i < l.rec[k].numel(); ++i) l.rec[k].set(i, 0.0);
-    for (int64_t i = 0; i < l.conv[k].numel(); ++i) l.conv[k].set(i, 0.0);
+    fill_value(l.rec[k], 0.0);
+    fill_value(l.conv[k], 0.0);
   }
   return l;
 }
@@ -103,7 +96,7 @@ TEST_P(PropDeferredAttention, TrajectoriesEqualThePerTokenSlotMode) {
       lens[i] = k == 'p' ? r.randint(1, 7) : k == 'd' ? 1 : r.randint(1, kCols);
       rows += lens[i];
     }
-    std::vector<int64_t> perm = shuffled(rows, r);  // tokens at shuffled global rows
+    std::vector<int64_t> perm = random_perm(rows, r);  // tokens at shuffled global rows
     int64_t next = 0;
     for (int64_t i = 0; i < kSeqs; ++i) {
       const char k = plan[step][i];
@@ -193,7 +186,7 @@ TEST(PropDeferredAttentionTree, TreeNodesEqualTheirPaths) {
   p.ba = Buf(p.act, {rows, 2 * p.HV});
   fill_normal(p.qkvz, r, 1.0);
   fill_normal(p.ba, r, 1.0);
-  const std::vector<int64_t> perm = shuffled(rows, r);
+  const std::vector<int64_t> perm = random_perm(rows, r);
   AttnSeq s0, s1;
   s0.spec = s1.spec = true;
   for (int64_t t = 0; t < 9; ++t) s0.rows.push_back(perm[t]);
@@ -261,7 +254,7 @@ TEST(PropDeferredAttentionHostile, GarbageCountsPathsAndParentsStayInBounds) {
     }
     std::vector<int64_t> lens = {r.randint(1, 6), 1, r.randint(1, 5), r.randint(1, 5), 0};
     const int64_t rows = lens[0] + lens[1] + lens[2] + lens[3];
-    const std::vector<int64_t> perm = shuffled(rows, r);
+    const std::vector<int64_t> perm = random_perm(rows, r);
     int64_t next = 0;
     auto garbage = [&]() -> int64_t {
       switch (r.randint(0, 4)) {

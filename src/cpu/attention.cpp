@@ -92,24 +92,20 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
                                     : make_view(w.slots.data(), DType::kInt64, {g.n});
   const TensorView x_v = make_view(w.x.data(), act, {used, D});
   const TensorView y_v = make_view(w.y.data(), act, {used, D});
-  // Deferred commit (docs/contract.md §7): slot = column 0, replay counts (non-spec: given or 0).
+  // Deferred commit (docs/contract.md §7): a sequence's slot is column 0 of its row, replay counts
+  // (non-spec: given or 0).
   const bool deferred = a.verify_log.present();
-  std::vector<int64_t> zeros(deferred && !g.spec ? static_cast<size_t>(g.n) : 0, 0);
-  const TensorView slot0_v = make_view(w.slots.data(), DType::kInt64, {g.n});
+  std::vector<int64_t> col0(deferred ? static_cast<size_t>(g.n) : 0), zeros(col0.size(), 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(col0.size()); ++i) col0[i] = w.slots[i * cols];
+  const TensorView slots_d = make_view(col0.data(), DType::kInt64, {g.n});
   TensorView replay_v = g.spec ? *g.num_accepted_tokens : a.non_spec_num_accepted_tokens;
   if (deferred && !replay_v.present()) replay_v = make_view(zeros.data(), DType::kInt64, {g.n});
-  std::vector<int64_t> col0(deferred && g.spec ? static_cast<size_t>(g.n) : 0);
   const TensorView path_v = g.spec ? a.spec_accepted_path : a.non_spec_accepted_path;
   TensorView parents_v;
   if (deferred && g.spec && a.spec_token_parents.present()) {
     parents_v = a.spec_token_parents;
     parents_v.shape[0] = used;  // local tokens [0, used) (validated: at least that long)
   }
-  const TensorView slots_d = [&] {
-    if (!deferred || !g.spec) return slot0_v;
-    for (int64_t i = 0; i < g.n; ++i) col0[i] = w.slots[i * cols];
-    return make_view(col0.data(), DType::kInt64, {g.n});
-  }();
   if (deferred) {
     DeferredConv c;
     c.x = x_v; c.y = y_v; c.weight = a.conv_weights; c.bias = a.conv_bias; c.conv_state = a.conv_state;

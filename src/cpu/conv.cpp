@@ -41,6 +41,12 @@ inline const char* x_at(const TensorView& x, int64_t row, int64_t c) {
   return static_cast<const char*>(x.data) + (row * x.stride[0] + c) * static_cast<int64_t>(dtype_size(x.dtype));
 }
 
+// Slides a window of W-1 raw rows (oldest first, row_bytes each) by one input row u.
+inline void slide_window(std::vector<char>& window, int64_t W, int64_t row_bytes, const char* u) {
+  std::memmove(window.data(), window.data() + row_bytes, static_cast<size_t>((W - 2) * row_bytes));
+  std::memcpy(window.data() + (W - 2) * row_bytes, u, row_bytes);
+}
+
 // One sequence, channels [c0, c1): window (W-1 rows of raw bytes, oldest first) ++ L tokens from
 // x rows begin.. -> y rows. Token t's input row is read before its output row is written and the
 // window slides in its own buffer, so y may be x itself (in-place convolution). After token t,
@@ -68,8 +74,7 @@ void conv_sequence(const ConvCommon& p, std::vector<char> window, int64_t begin,
     }
     keep(t, cur.data());
     // The window slides: rows 0..W-2 now hold inputs t+1 .. t+W-1 of (window ++ tokens).
-    std::memmove(window.data(), window.data() + row_bytes, static_cast<size_t>((W - 2) * row_bytes));
-    std::memcpy(window.data() + (W - 2) * row_bytes, cur.data(), row_bytes);
+    slide_window(window, W, row_bytes, cur.data());
     for (int64_t r = 0; r < W - 1; ++r) {
       char* dst = store_rows(t, r);
       if (dst) std::memcpy(dst, window.data() + r * row_bytes, row_bytes);
@@ -212,10 +217,6 @@ Status deferred_conv(const DeferredConv& a) {
     }
     const bool init = load_bool(a.init, i, true);
     std::vector<char> win = read_window(a.conv_state, init ? slot : -1, 0, p.W, c0, c1);
-    auto slide = [&](std::vector<char>& w, const char* u) {
-      std::memmove(w.data(), w.data() + row_bytes, static_cast<size_t>((W1 - 1) * row_bytes));
-      std::memcpy(w.data() + (W1 - 1) * row_bytes, u, row_bytes);
-    };
     auto log_row = [&](const TensorView& log, int64_t j) {
       return static_cast<char*>(log.data) + (slot * log.stride[0] + j * p.D + c0) * es;
     };
@@ -223,7 +224,7 @@ Status deferred_conv(const DeferredConv& a) {
     for (int64_t j = 0; j < replay; ++j) {
       const int64_t row = a.path.present() ? load_index2(a.path, i, j) : j;
       if (row < 0 || row >= log_cols) break;  // a path entry outside the log ends the replay
-      slide(win, log_row(a.log, row));
+      slide_window(win, p.W, row_bytes, log_row(a.log, row));
     }
     auto store_window = [&](const std::vector<char>& w) {
       for (int64_t r = 0; r < W1; ++r) std::memcpy(pool_at(a.conv_state, slot, r, c0), w.data() + r * row_bytes, row_bytes);
@@ -251,7 +252,7 @@ Status deferred_conv(const DeferredConv& a) {
         u = par;
       }
       std::vector<char> wt(win);
-      for (auto it = before.rbegin(); it != before.rend(); ++it) slide(wt, *it);
+      for (auto it = before.rbegin(); it != before.rend(); ++it) slide_window(wt, p.W, row_bytes, *it);
       conv_sequence(p, wt, tr.begin + t, 1, c0, c1, [](int64_t, int64_t) -> char* { return nullptr; },
                     [&](int64_t, const char* x) { keep(t, x); });
     }

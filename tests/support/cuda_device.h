@@ -109,12 +109,6 @@ void expect_pool_close(const Buf& got, const Buf& ref, double tol, const char* w
     }
 }
 
-std::vector<int64_t> random_perm(int64_t n, Rng& r) {
-  std::vector<int64_t> v(n);
-  std::iota(v.begin(), v.end(), 0);
-  for (int64_t i = n - 1; i > 0; --i) std::swap(v[i], v[r.randint(0, i)]);
-  return v;
-}
 template <typename T>
 void shuffle(std::vector<T>& v, Rng& r) {
   for (int64_t i = static_cast<int64_t>(v.size()) - 1; i > 0; --i) std::swap(v[i], v[r.randint(0, i)]);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -228,6 +229,16 @@ inline void fill_uniform(Buf& b, Rng& r, double lo, double hi) {
 }
 inline void fill_normal(Buf& b, Rng& r, double scale) {
   for (int64_t i = 0; i < b.numel(); ++i) b.set(i, scale * r.normal());
+}
+inline void fill_value(Buf& b, double value) {
+  for (int64_t i = 0; i < b.numel(); ++i) b.set(i, value);
+}
+// 0, 1, ..., n-1 in a random order.
+inline std::vector<int64_t> random_perm(int64_t n, Rng& r) {
+  std::vector<int64_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  for (int64_t i = n - 1; i > 0; --i) std::swap(v[i], v[r.randint(0, i)]);
+  return v;
 }
 // Poison patterns: 0 = a NaN bit pattern per float dtype (0xA5 bytes for integers), 1 = 0x7F bytes
 // (a huge finite float). The whole allocation, including the gaps of a padded dim-0 stride.

@@ -68,8 +68,9 @@ Plan pipelined(const Ctx& c, bool forced) {
 
 Plan plan_recurrent(const Ctx& c, Path force) {
   const Problem& p = c.p;
-  const bool k128 = p.K > 64 && p.K <= 128;  // the K = 128 instances (K padded to 128)
   const bool sixteen = p.state_bytes == 2;
+  const bool mid_ok = sixteen && p.K > 64 && p.K <= 128;     // the mid form: 16-bit, K padded to 128
+  const bool packed_ok = sixteen && p.K == 128 && p.dense;   // the packed kernel
   Plan pl;
   auto lean = [&](bool more, bool staged) {
     pl.path = staged ? Path::kLeanStaged : more ? Path::kLeanMore : Path::kLean;
@@ -94,13 +95,8 @@ Plan plan_recurrent(const Ctx& c, Path force) {
       pl.path = force;
       return pl;
     case Path::kRegisterMid:
-      if (sixteen && k128) {
-        pl.path = force;
-        return pl;
-      }
-      break;
     case Path::kPacked:
-      if (sixteen && p.K == 128 && p.dense) {
+      if (force == Path::kRegisterMid ? mid_ok : packed_ok) {
         pl.path = force;
         return pl;
       }
@@ -114,9 +110,9 @@ Plan plan_recurrent(const Ctx& c, Path force) {
   const int64_t sh = p.seqheads();
   if (c.le(sh, sixteen ? c.t.register_small_16 : c.t.register_small_f32)) {
     pl.path = Path::kRegisterSmall;
-  } else if (sixteen && k128 && c.le(sh, c.t.register_mid_16) && p.multi_token()) {
+  } else if (mid_ok && c.le(sh, c.t.register_mid_16) && p.multi_token()) {
     pl.path = Path::kRegisterMid;
-  } else if (sixteen && p.K == 128 && p.dense && !p.verify_cols) {
+  } else if (packed_ok && !p.verify_cols) {
     pl.path = Path::kPacked;  // verify batches with several state columns measured faster in the register kernel
   } else {
     pl.path = Path::kRegisterLarge;

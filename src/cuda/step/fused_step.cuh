@@ -222,15 +222,13 @@ int64_t step_cluster_blocks(const RecurrentParams& p) {
   return (p.V + Tr::kRows - 1) / Tr::kRows * p.r;
 }
 
-// The launch of the step kernel `kernel` (traits Tr) for nseq sequences.
+// The launch of a step kernel with traits Tr for nseq sequences.
 template <typename Tr>
-Launch step_launch(void (*kernel)(RecurrentParams), const RecurrentParams& p, int64_t nseq, bool overlap,
-                   cudaStream_t stream) {
+Launch step_launch(const RecurrentParams& p, int64_t nseq, bool overlap, cudaStream_t stream) {
   const unsigned gx = static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows);
   Launch launch(dim3(gx, static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq)), Tr::kThreads, 0, stream,
                 overlap);
   launch.cluster(gx, static_cast<unsigned>(p.r));
-  (void)kernel;
   return launch;
 }
 
@@ -244,7 +242,7 @@ bool step_cluster_resident(void (*kernel)(RecurrentParams), const RecurrentParam
     (void)cudaGetLastError();
     return false;
   }
-  Launch launch = step_launch<Tr>(kernel, p, nseq, false, nullptr);
+  Launch launch = step_launch<Tr>(p, nseq, false, nullptr);
   if (step_cluster_blocks<Tr>(p) > 8 &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
     (void)cudaGetLastError();  // a query's error is not the caller's: the two-launch form runs instead
@@ -258,11 +256,14 @@ bool step_cluster_resident(void (*kernel)(RecurrentParams), const RecurrentParam
   return true;
 }
 
-// The step kernel instance: lean lanes (float32 dense K = 128 state) or not, per-token conv windows
-// or not.
+// The lean lane layout exists for float32 dense K = 128 state only.
+template <typename TS, int KP, bool kDense>
+constexpr bool kStepLeanLanes = sizeof(TS) == 4 && KP == 128 && kDense;
+
+// The step kernel instance: lean lanes (where they exist) or not, per-token conv windows or not.
 template <typename TAct, typename TS, int KP, bool kDense, bool kLean, bool kPerToken>
 constexpr auto step_kernel() {
-  return fused_step_kernel<TAct, TS, KP, kDense, kLean && sizeof(TS) == 4 && KP == 128 && kDense, kPerToken>;
+  return fused_step_kernel<TAct, TS, KP, kDense, kLean && kStepLeanLanes<TS, KP, kDense>, kPerToken>;
 }
 template <typename TAct, typename TS, int KP, bool kDense>
 auto step_kernel_of(bool lean, bool per_token) {
@@ -270,16 +271,13 @@ auto step_kernel_of(bool lean, bool per_token) {
               : (per_token ? step_kernel<TAct, TS, KP, kDense, false, true>()
                            : step_kernel<TAct, TS, KP, kDense, false, false>());
 }
-template <typename TS, int KP, bool kDense>
-constexpr bool kStepLeanLanes = sizeof(TS) == 4 && KP == 128 && kDense;
-
 // Launches the planned step kernel (lean lanes: kStepClusterLean).
 template <typename TAct, typename TS, int KP, bool kDense>
 Status launch_fused_step(const RecurrentParams& p, int64_t nseq, const plan::Plan& pl, cudaStream_t stream) {
   const bool lean = pl.path == plan::Path::kStepClusterLean && kStepLeanLanes<TS, KP, kDense>;
   auto kernel = step_kernel_of<TAct, TS, KP, kDense>(lean, pl.per_token);
-  Launch launch = lean ? step_launch<StepTraits<TS, true>>(kernel, p, nseq, pl.overlap, stream)
-                       : step_launch<StepTraits<TS>>(kernel, p, nseq, pl.overlap, stream);
+  Launch launch = lean ? step_launch<StepTraits<TS, true>>(p, nseq, pl.overlap, stream)
+                       : step_launch<StepTraits<TS>>(p, nseq, pl.overlap, stream);
   return launch(kernel, p);
 }
 template <typename TAct, typename TS, int KP, bool kDense>
