@@ -8,6 +8,8 @@
 // Ops: "recurrent" (gated_delta_rule_recurrent, bf16 activations), "fused" (gdn_attention:
 // conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer, verify
 // conv windows in the rolling line) and "fused_per_token" (the same, conv windows per draft slot).
+// "chunked" (gated_delta_rule_chunked: prefill of N sequences of T tokens, --shapes NxT,...; ms,
+// tokens/s, TFLOP/s of the chunk form and % of the dense bf16 tensor-core peak).
 // --path forces a kernel path of the planner (src/cuda/plan/plan.h) where it can run, for A/B runs.
 #include <algorithm>
 #include <cstdio>
@@ -261,6 +263,67 @@ Result run_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override 
   return res;
 }
 
+// Dense bf16 tensor-core peak (TFLOP/s) of the device, for "% of peak"; 0 when unknown.
+double bf16_peak_tflops(const cudaDeviceProp& p) {
+  const std::string n = p.name;
+  if (n.find("H200") != std::string::npos || n.find("H100 SXM") != std::string::npos ||
+      n.find("H100 80GB HBM3") != std::string::npos)
+    return 989.4;
+  if (n.find("H100") != std::string::npos) return 756.0;  // PCIe
+  if (n.find("H20") != std::string::npos) return 148.0;
+  if (n.find("A100") != std::string::npos) return 312.0;
+  return 0.0;
+}
+
+// Tensor-core work of the chunk form (chunk C = 64) per token and value head: q k^T and k k^T,
+// [W | U] = T [k | v], W H and q H, P delta, and the state update.
+double chunk_flops_per_token(const Model& m) {
+  const double C = 64, K = m.K, V = m.V;
+  return 4 * C * K + 2 * C * (K + V) + 4 * K * V + 2 * C * V + 2 * K * V;
+}
+
+// Prefill (op "chunked"): N sequences of T tokens in one call of gated_delta_rule_chunked with
+// initial states; a graph of a few calls (each on the same inputs and slots), the median per call.
+Result run_prefill(const Case& k, int replays, cuda::plan::Override force) {
+  const Model& m = *k.m;
+  const int64_t N = k.N, T = k.T, rows = N * T;
+  const DType act = DType::kBFloat16;
+  const size_t slot_bytes = m.HV * m.V * m.K * dtype_size(k.state);
+  DevBuf pool(N * slot_bytes), q(rows * m.H * m.K * 2), kk(rows * m.H * m.K * 2), v(rows * m.HV * m.V * 2),
+      a(rows * m.HV * 2), b(rows * m.HV * 2), o(rows * m.HV * m.V * 2), A_log(m.HV * 4), dt_bias(m.HV * 2);
+  for (DevBuf* x : {&q, &kk, &v, &a, &b, &dt_bias}) fill(*x, act);
+  fill(A_log, DType::kFloat32);
+  fill(pool, k.state);
+  std::vector<int32_t> qsl(N + 1), slots(N);
+  for (int64_t i = 0; i <= N; ++i) qsl[i] = static_cast<int32_t>(i * T);
+  for (int64_t i = 0; i < N; ++i) slots[i] = static_cast<int32_t>(i);
+  DevBuf d_qsl(qsl.size() * 4), d_slots(slots.size() * 4);
+  BENCH_CHECK(cudaMemcpy(d_qsl.p, qsl.data(), qsl.size() * 4, cudaMemcpyHostToDevice));
+  BENCH_CHECK(cudaMemcpy(d_slots.p, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
+  GatedDeltaRuleArgs g;
+  g.q = dev_view(q.p, act, {rows, m.H, m.K});
+  g.k = dev_view(kk.p, act, {rows, m.H, m.K});
+  g.v = dev_view(v.p, act, {rows, m.HV, m.V});
+  g.a = dev_view(a.p, act, {rows, m.HV});
+  g.b = dev_view(b.p, act, {rows, m.HV});
+  g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
+  g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
+  g.ssm_state = dev_view(pool.p, k.state, {N, m.HV, m.V, m.K});
+  g.query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
+  g.state_indices = dev_view(d_slots.p, DType::kInt32, {N});
+  g.o = dev_view(o.p, act, {rows, m.HV, m.V});
+  Status st = can_implement_chunked(g);
+  if (!st.ok()) return Result{0, 0, 0, st.message()};
+  Result res;
+  res.us = time_graph(3, replays, [&](int, cudaStream_t s) {
+    Status e = internal::gated_delta_rule_chunked(g, s, force);
+    if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
+  });
+  res.bytes = 2.0 * N * slot_bytes + rows * 2.0 * (2 * m.H * m.K + 2 * m.HV * m.V + 2 * m.HV);
+  res.gbps = res.bytes / (res.us * 1e-6) / 1e9;
+  return res;
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -273,7 +336,8 @@ std::vector<std::string> split(const std::string& s) {
 
 int cmd_bench(int argc, char** argv) {
   std::string models = "qwen3-next-tp1,qwen3-next-tp4,qwen3.6-27b", ns = "1,4,16,64,256", ts = "1,3,4",
-              states = "f32,bf16", ops = "recurrent,fused", out = "bench/results.json", path = "auto";
+              states = "f32,bf16", ops = "recurrent,fused", out = "bench/results.json", path = "auto",
+              shapes = "1x4096,1x8192,1x16384,4x8192,32x8192,8x2048,64x256";
   int replays = 20;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -286,11 +350,12 @@ int cmd_bench(int argc, char** argv) {
     else if (a == "--replays") replays = std::max(20, std::atoi(next().c_str()));
     else if (a == "--out") out = next();
     else if (a == "--path") path = next();
+    else if (a == "--shapes") shapes = next();
     else {
       std::fprintf(stderr,
                    "usage: gdn bench [--models %s] [--n %s] [--t %s] [--state %s] [--ops %s] [--replays N>=20] "
-                   "[--path KERNEL_PATH] [--out FILE.json]\n",
-                   models.c_str(), ns.c_str(), ts.c_str(), states.c_str(), ops.c_str());
+                   "[--path KERNEL_PATH] [--shapes %s] [--out FILE.json]\n",
+                   models.c_str(), ns.c_str(), ts.c_str(), states.c_str(), ops.c_str(), shapes.c_str());
       return a == "--help" ? 0 : 2;
     }
   }
@@ -306,7 +371,9 @@ int cmd_bench(int argc, char** argv) {
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   const double copy = measure_copy_gbps(replays);
-  std::printf("device: %s; SM copy kernel: %.0f GB/s (read + write)\n", prop.name, copy);
+  const double peak = bf16_peak_tflops(prop);
+  std::printf("device: %s; SM copy kernel: %.0f GB/s (read + write); dense bf16 peak %.0f TFLOP/s\n", prop.name, copy,
+              peak);
   std::printf("%-10s %-15s %5s %2s %-5s %10s %9s %7s\n", "op", "model", "N", "T", "state", "us", "GB/s", "%copy");
   nlohmann::json rows = nlohmann::json::array();
   // every case first (the arena is as large as the largest pool), in the order they run
@@ -317,30 +384,51 @@ int cmd_bench(int argc, char** argv) {
       for (const auto& x : kModels)
         if (x.name == mn) m = &x;
       if (!m) { std::fprintf(stderr, "gdn bench: unknown model %s\n", mn.c_str()); return 2; }
-      for (const auto& st : split(states))
+      for (const auto& st : split(states)) {
+        const DType sd = st == "bf16" ? DType::kBFloat16 : DType::kFloat32;
+        if (op == "chunked") {  // N x T prefill shapes
+          for (const auto& sh : split(shapes)) {
+            const size_t x = sh.find('x');
+            if (x == std::string::npos) { std::fprintf(stderr, "gdn bench: shape %s is not NxT\n", sh.c_str()); return 2; }
+            cases.push_back(Case{m, std::atoll(sh.substr(0, x).c_str()), std::atoll(sh.substr(x + 1).c_str()), sd, op});
+          }
+          continue;
+        }
         for (const auto& t : split(ts))
-          for (const auto& n : split(ns))
-            cases.push_back(Case{m, std::atoll(n.c_str()), std::atoll(t.c_str()),
-                                 st == "bf16" ? DType::kBFloat16 : DType::kFloat32, op});
+          for (const auto& n : split(ns)) cases.push_back(Case{m, std::atoll(n.c_str()), std::atoll(t.c_str()), sd, op});
+      }
     }
   size_t arena_bytes = 0;
   for (const Case& c : cases)
-    if (c.N > 0 && c.T > 0) arena_bytes = std::max(arena_bytes, pool_shape(c).bytes());
+    if (c.N > 0 && c.T > 0 && c.op != "chunked") arena_bytes = std::max(arena_bytes, pool_shape(c).bytes());
   DevBuf arena(std::max<size_t>(arena_bytes, 16));
   for (const Case& c : cases) {
     const std::string mn = c.m->name, st = c.state == DType::kBFloat16 ? "bf16" : "f32";
-    const Result r = run_case(c, replays, arena, force);
+    const bool prefill = c.op == "chunked";
+    const Result r = prefill ? run_prefill(c, replays, force) : run_case(c, replays, arena, force);
     if (!r.error.empty()) {
       std::printf("%-10s %-15s %5lld %2lld %-5s error: %s\n", c.op.c_str(), mn.c_str(), static_cast<long long>(c.N),
                   static_cast<long long>(c.T), st.c_str(), r.error.c_str());
       continue;
     }
-    std::printf("%-10s %-15s %5lld %2lld %-5s %10.2f %9.0f %6.1f%%\n", c.op.c_str(), mn.c_str(),
-                static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us, r.gbps,
-                100.0 * r.gbps / copy);
+    nlohmann::json row = {{"impl", "gdn"}, {"op", c.op}, {"path", path}, {"model", mn}, {"N", c.N}, {"T", c.T},
+                          {"state", st}, {"us", r.us}, {"bytes", r.bytes}, {"gbps", r.gbps},
+                          {"pct_copy", 100.0 * r.gbps / copy}};
+    if (prefill) {
+      const double tokens = double(c.N) * c.T, tflops = tokens * c.m->HV * chunk_flops_per_token(*c.m) / (r.us * 1e6);
+      std::printf("%-10s %-15s %5lld %5lld %-5s %9.3f ms %8.1f Mtok/s %7.1f TFLOP/s %5.1f%% peak\n", c.op.c_str(),
+                  mn.c_str(), static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us / 1e3,
+                  tokens / r.us, tflops, peak > 0 ? 100.0 * tflops / peak : 0.0);
+      row["tokens_per_s"] = tokens / (r.us * 1e-6);
+      row["tflops"] = tflops;
+      row["pct_peak"] = peak > 0 ? 100.0 * tflops / peak : 0.0;
+    } else {
+      std::printf("%-10s %-15s %5lld %2lld %-5s %10.2f %9.0f %6.1f%%\n", c.op.c_str(), mn.c_str(),
+                  static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us, r.gbps,
+                  100.0 * r.gbps / copy);
+    }
     std::fflush(stdout);
-    rows.push_back({{"impl", "gdn"}, {"op", c.op}, {"path", path}, {"model", mn}, {"N", c.N}, {"T", c.T}, {"state", st},
-                    {"us", r.us}, {"bytes", r.bytes}, {"gbps", r.gbps}, {"pct_copy", 100.0 * r.gbps / copy}});
+    rows.push_back(row);
   }
   nlohmann::json doc = {{"device", prop.name}, {"copy_gbps", copy}, {"replays", replays}, {"results", rows}};
   std::ofstream f(out);

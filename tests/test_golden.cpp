@@ -85,7 +85,7 @@ std::vector<GoldenParam> golden_params() {
   for (const std::string& f : golden_files()) {
     const std::string stem = f.substr(f.find_last_of('/') + 1);
     const capture::Ops ops = stem.rfind("attention", 0) == 0                                    ? capture::Ops::kAttention
-                             : stem.rfind("recurrent", 0) == 0 || stem.rfind("chunk", 0) == 0 ? capture::Ops::kRecurrent
+                             : stem.rfind("chunk", 0) == 0 ? capture::Ops::kChunked : stem.rfind("recurrent", 0) == 0 ? capture::Ops::kRecurrent
                                                                                               : capture::Ops::kConv;
     for (Backend b : capture::test_backends(ops)) v.emplace_back(f, b);
   }

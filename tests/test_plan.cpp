@@ -206,5 +206,45 @@ TEST(Plan, PathNamesRoundTrip) {
   EXPECT_FALSE(parse_path("tma", &p));
 }
 
+// The chunked op: the chunk kernel for prefill-like batches (>= chunk_min_tokens = 32 tokens per
+// sequence) where it can run; 64 value columns per block once those blocks fill the device (132 on
+// the reference card, scaled by SM count), else 32; forced paths.
+ChunkProblem chunk_of(int64_t nseq, int64_t tok_per_seq, int V = 128, bool ok = true) {
+  ChunkProblem p;
+  p.nseq = nseq;
+  p.tokens = nseq * tok_per_seq;
+  p.HV = 32;
+  p.V = V;
+  p.chunk_ok = ok;
+  return p;
+}
+TEST(Plan, ChunkedOp) {
+  auto vs = [](const ChunkProblem& p, int sms, Override f = {}) {
+    const ChunkPlan pl = plan_chunked(p, 9, sms, f);
+    return pl.chunk ? pl.vs : 0;  // 0: the recurrence
+  };
+  EXPECT_EQ(vs(chunk_of(1, 8192), 132), 32);   // 64 blocks of 64 columns: half the device
+  EXPECT_EQ(vs(chunk_of(2, 8192), 132), 32);   // 128 < 132
+  EXPECT_EQ(vs(chunk_of(3, 8192), 132), 64);   // 192
+  EXPECT_EQ(vs(chunk_of(2, 8192), 114), 64);   // 128 >= 114: the same waves on a smaller card
+  EXPECT_EQ(vs(chunk_of(64, 256), 132), 64);
+  EXPECT_EQ(vs(chunk_of(64, 256, 96), 132), 32);  // V not a multiple of 64
+  EXPECT_EQ(vs(chunk_of(64, 32), 132), 64);        // 32 tokens per sequence: prefill-like
+  EXPECT_EQ(vs(chunk_of(64, 31), 132), 0);         // fewer: the recurrence
+  EXPECT_EQ(vs(chunk_of(64, 1), 132), 0);
+  EXPECT_EQ(vs(chunk_of(1, 8192, 128, false), 132), 0);  // the kernel cannot take it
+  EXPECT_EQ(vs(chunk_of(1, 8192, 128, false), 132, {Path::kChunk64}), 0);
+  EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kChunk64}), 64);
+  EXPECT_EQ(vs(chunk_of(64, 1), 132, {Path::kChunk32}), 32);
+  EXPECT_EQ(vs(chunk_of(1, 8192, 96), 132, {Path::kChunk64}), 32);  // cannot: the other split
+  EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kLean}), 0);          // a recurrence path, forced
+  EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kStepCluster}), 32);  // another op's path: ignored
+  EXPECT_TRUE(is_chunk_path(Path::kChunk32) && is_chunk_path(Path::kChunk64) && !is_chunk_path(Path::kPacked));
+  EXPECT_FALSE(is_step_path(Path::kChunk32));
+  // The recurrence's planner ignores the chunk kernel's paths.
+  EXPECT_EQ(plan_launch(qwen(64, 1, 4, false), 9, FakeFacts(132), {Path::kChunk64}).path,
+            plan_launch(qwen(64, 1, 4, false), 9, FakeFacts(132)).path);
+}
+
 }  // namespace
 }  // namespace gdn::cuda::plan

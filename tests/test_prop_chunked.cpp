@@ -129,7 +129,7 @@ TEST_P(PropChunked, ChunkedEqualsRecurrent) {
 
 std::vector<ChunkParam> all_params() {
   std::vector<ChunkParam> v;
-  for (Backend b : capture::test_backends(capture::Ops::kRecurrent))
+  for (Backend b : capture::test_backends(capture::Ops::kChunked))
     for (auto dt : {std::pair<DType, DType>{DType::kFloat32, DType::kFloat32},
                     std::pair<DType, DType>{DType::kBFloat16, DType::kFloat32},
                     std::pair<DType, DType>{DType::kBFloat16, DType::kBFloat16}})

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/backend.h"
+#include "cuda/chunk/chunk.h"
 #include "cuda/conv/conv.h"
 #include "cuda/launch/launch.h"
 
@@ -127,11 +128,6 @@ Status supports_recurrent(const GatedDeltaRuleArgs& a) {
     return Status::Error("gated_delta_rule_recurrent: unsupported on CUDA: deferred commit (verify_log); it runs on the CPU");
   return supports_grid("gated_delta_rule_recurrent", a.state_indices.shape[0], a.v.shape[1]);
 }
-Status supports_chunked(const GatedDeltaRuleArgs& a) {
-  GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_chunked", a.q.shape[2]));
-  GDN_RETURN_IF_ERROR(supports_gates("gated_delta_rule_chunked", a));
-  return supports_grid("gated_delta_rule_chunked", a.state_indices.shape[0], a.v.shape[1]);
-}
 Status supports(const GdnAttentionArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gdn_attention", a.head_k_dim));
   if (a.verify_log.present() || a.conv_log.present())
@@ -172,9 +168,10 @@ Status causal_conv1d_update(const CausalConv1dUpdateArgs& a, void* stream) {
                             a.spec_layout == SpecConvLayout::kPerToken, stream);
 }
 
-Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream, plan::Override force) {
-  GDN_RETURN_IF_ERROR(supports_recurrent(a));
-  RecurrentParams p;
+namespace {
+
+// The primitive recurrence's parameters from the op's arguments.
+void fill_primitive(RecurrentParams& p, const GatedDeltaRuleArgs& a) {
   p.group[0] = group_meta(a.query_start_loc, a.state_indices, a.num_accepted_tokens, a.has_initial_state, TensorView{},
                           a.q.shape[0]);
   p.n0 = p.group[0].n;
@@ -196,6 +193,53 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream, pla
   p.scale = static_cast<float>(a.scale.value_or(1.0 / std::sqrt(static_cast<double>(p.K))));
   p.has_null = a.null_block_id.has_value();
   p.null_id = a.null_block_id.value_or(0);
+}
+
+// The default gate and norm forms (the only ones of the recurrence kernels).
+bool default_gates(const GatedDeltaRuleArgs& a) {
+  return a.A_log.present() && a.beta_sigmoid && a.qk_l2norm && a.a.dtype == a.q.dtype && a.b.dtype == a.q.dtype;
+}
+
+int float_code(DType t) { return t == DType::kBFloat16 ? 1 : t == DType::kFloat16 ? 2 : t == DType::kFloat64 ? 3 : 0; }
+
+// Whether the chunk kernel can take the call on a device of compute capability cc_major.
+bool chunk_ok(const GatedDeltaRuleArgs& a, int cc_major) {
+  const DType t = a.q.dtype;
+  if (cc_major < 8 || (t != DType::kBFloat16 && t != DType::kFloat16)) return false;
+  if (a.k.dtype != t || a.v.dtype != t || a.o.dtype != t || a.num_accepted_tokens.present()) return false;
+  if (a.q.shape[2] != 128 || a.v.shape[2] % 32 != 0) return false;
+  return aligned16(a.q.data, a.q.stride[0], 2) && aligned16(a.k.data, a.k.stride[0], 2) &&
+         aligned16(a.v.data, a.v.stride[0], 2) && aligned16(a.o.data, a.o.stride[0], 2);
+}
+int cc_of(int device) {
+  int major = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess ? major : 0;
+}
+
+Status launch_chunk_any(const ChunkParams& p, DType act, DType state, cudaStream_t stream) {
+  const bool bf = act == DType::kBFloat16;
+  switch (state) {
+    case DType::kFloat32: return bf ? launch_chunk<__nv_bfloat16, float>(p, stream) : launch_chunk<__half, float>(p, stream);
+    case DType::kBFloat16:
+      return bf ? launch_chunk<__nv_bfloat16, __nv_bfloat16>(p, stream) : launch_chunk<__half, __nv_bfloat16>(p, stream);
+    case DType::kFloat16: return bf ? launch_chunk<__nv_bfloat16, __half>(p, stream) : launch_chunk<__half, __half>(p, stream);
+    default: return Status::Error(std::string("unsupported state dtype ") + dtype_name(state));
+  }
+}
+
+}  // namespace
+
+Status supports_chunked(const GatedDeltaRuleArgs& a) {
+  GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_chunked", a.q.shape[2]));
+  if (!default_gates(a) && !chunk_ok(a, cc_of(a.q.device_index)))
+    GDN_RETURN_IF_ERROR(supports_gates("gated_delta_rule_chunked", a));
+  return supports_grid("gated_delta_rule_chunked", a.state_indices.shape[0], a.v.shape[1]);
+}
+
+Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream, plan::Override force) {
+  GDN_RETURN_IF_ERROR(supports_recurrent(a));
+  RecurrentParams p;
+  fill_primitive(p, a);
   return on_device(a.q.device_index, [&] {
     p.early_meta = a.metadata_ready_early && pdl_enabled();
     bool one_launch = false;
@@ -204,11 +248,38 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream, pla
   });
 }
 
-// The chunked CUDA kernel does not exist yet: prefill sequences go through the recurrent kernel,
-// which computes the same recurrence (validated as non-spec only).
+// The chunk kernel (chunk/chunk.cuh) for prefill batches, else the recurrence (validated as non-spec
+// only; it computes the same recurrence). Gate or norm forms the recurrence kernels lack always take
+// the chunk kernel.
 Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan::Override force) {
   GDN_RETURN_IF_ERROR(supports_chunked(a));
-  return cuda::gated_delta_rule_recurrent(a, stream, force);
+  ChunkParams p;
+  fill_primitive(p, a);
+  p.a_dtype = float_code(a.a.dtype);
+  p.b_dtype = float_code(a.b.dtype);
+  p.decay_given = !a.A_log.present();
+  p.beta_given = !a.beta_sigmoid;
+  p.l2norm = a.qk_l2norm;
+  return on_device(a.q.device_index, [&] {
+    int dev = 0, major = 0, sms = 0;
+    GDN_RETURN_IF_ERROR(device_of(&dev, &major, &sms));
+    plan::ChunkProblem cp;
+    cp.nseq = p.group[0].n;
+    cp.tokens = a.q.shape[0];
+    cp.HV = p.HV;
+    cp.V = p.V;
+    cp.chunk_ok = chunk_ok(a, major);
+    if (cp.chunk_ok && !default_gates(a) && !plan::is_chunk_path(force.path)) force.path = plan::Path::kChunk32;
+    const plan::ChunkPlan pl = plan::plan_chunked(cp, major, sms, force);
+    p.early_meta = a.metadata_ready_early && pdl_enabled();
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (!pl.chunk) {
+      bool one_launch = false;
+      return launch_recurrent_any(p, a.q.dtype, a.ssm_state.dtype, false, force, s, &one_launch);
+    }
+    p.vs = pl.vs;
+    return launch_chunk_any(p, a.q.dtype, a.ssm_state.dtype, s);
+  });
 }
 
 // conv + gates + l2 norm + recurrence for every sequence of both groups, reading the conv pool;

@@ -177,4 +177,19 @@ struct Launch {
   }
 };
 
+// The device's compute capability and SM count, queried once per device.
+inline Status device_of(int* dev, int* major, int* sms) {
+  constexpr int kMaxDev = 64;
+  static int majors[kMaxDev], counts[kMaxDev];  // 0: not yet queried
+  GDN_CUDA_CHECK(cudaGetDevice(dev));
+  if (*dev >= 0 && *dev < kMaxDev && counts[*dev] > 0) {
+    *major = majors[*dev], *sms = counts[*dev];
+    return Status::Ok();
+  }
+  GDN_CUDA_CHECK(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, *dev));
+  GDN_CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *dev));
+  if (*dev >= 0 && *dev < kMaxDev) majors[*dev] = *major, counts[*dev] = *sms;  // same values from any thread
+  return Status::Ok();
+}
+
 }  // namespace gdn::cuda

@@ -61,21 +61,6 @@ plan::Problem plan_problem(const RecurrentParams& p, int64_t nseq, bool fused) {
   return pb;
 }
 
-// The device's compute capability and SM count, queried once per device.
-inline Status device_of(int* dev, int* major, int* sms) {
-  constexpr int kMaxDev = 64;
-  static int majors[kMaxDev], counts[kMaxDev];  // 0: not yet queried
-  GDN_CUDA_CHECK(cudaGetDevice(dev));
-  if (*dev >= 0 && *dev < kMaxDev && counts[*dev] > 0) {
-    *major = majors[*dev], *sms = counts[*dev];
-    return Status::Ok();
-  }
-  GDN_CUDA_CHECK(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, *dev));
-  GDN_CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *dev));
-  if (*dev >= 0 && *dev < kMaxDev) majors[*dev] = *major, counts[*dev] = *sms;  // same values from any thread
-  return Status::Ok();
-}
-
 template <typename TAct, typename TS>
 Status launch_recurrent(const RecurrentParams& p, bool fused, plan::Override force, cudaStream_t stream,
                         bool* one_launch) {

@@ -8,7 +8,7 @@ namespace {
 
 constexpr const char* kNames[] = {"auto",          "lean",           "lean_more",      "lean_staged",
                                   "pipelined",     "register_small", "register_mid",   "register_large",
-                                  "packed",        "step_pipelined", "step_pipelined_prologue",
+                                  "packed",        "chunk_vs32",     "chunk_vs64",     "step_pipelined", "step_pipelined_prologue",
                                   "step_cluster",  "step_cluster_lean", "step_two_launches"};
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Path::kCount), "a name per path");
 
@@ -202,11 +202,29 @@ bool parse_path(const char* s, Path* out) {
 }
 
 bool is_step_path(Path p) { return p >= Path::kStepPipelined && p < Path::kCount; }
+bool is_chunk_path(Path p) { return p == Path::kChunk32 || p == Path::kChunk64; }
+
+ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override force) {
+  ChunkPlan pl;
+  if (!p.chunk_ok || p.nseq <= 0) return pl;
+  const Tuning& t = tuning_for(cc_major);
+  const bool vs64_ok = p.V % 64 == 0;
+  if (is_chunk_path(force.path)) {
+    pl.chunk = true;
+    pl.vs = force.path == Path::kChunk64 && vs64_ok ? 64 : 32;
+    return pl;
+  }
+  if (force.path != Path::kAuto && !is_step_path(force.path)) return pl;  // a recurrence path, forced
+  if (p.tokens < int64_t{t.chunk_min_tokens} * p.nseq) return pl;
+  pl.chunk = true;
+  pl.vs = vs64_ok && at_least(p.nseq * p.HV * (p.V / 64), t.chunk_vs64_blocks, t, sms > 0 ? sms : 1) ? 64 : 32;
+  return pl;
+}
 
 Plan plan_launch(const Problem& p, int cc_major, const Facts& facts, Override force) {
   const Ctx c{p, facts, tuning_for(cc_major), facts.sms() > 0 ? facts.sms() : 1};
   Path f = force.path;
-  if (f != Path::kAuto && is_step_path(f) != p.step) f = Path::kAuto;  // another op's path
+  if (f != Path::kAuto && (is_step_path(f) != p.step || is_chunk_path(f))) f = Path::kAuto;  // another op's path
   return p.step ? plan_step(c, f) : plan_recurrent(c, f);
 }
 

@@ -7,6 +7,7 @@
 //     pipelined   persistent sm_90 blocks, state tiles through a TMA ring (large batches)
 //     register    the general kernel: every shape, dtype, layout and metadata form
 //     packed      16-bit state in packed pairs (large batches)
+//   chunk kernel (gated_delta_rule_chunked): chunks of 64 tokens on tensor cores (prefill batches)
 //   gdn_attention's step (conv + gates + norms + recurrence + conv pool + z):
 //     pipelined   the pipelined kernel with a conv warp (large batches)
 //     cluster     thread-block clusters of one (sequence, key head), sm_90
@@ -31,6 +32,9 @@ enum class Path : uint8_t {
   kRegisterMid,  // 16-bit verify, K = 128
   kRegisterLarge,
   kPacked,  // 16-bit state, K = 128
+  // the chunked op's chunk kernel, by value columns per block
+  kChunk32,
+  kChunk64,
   // gdn_attention's step
   kStepPipelined,
   kStepPipelinedPrologue,  // the block's first groups convolved by all its warps before the copies
@@ -41,7 +45,8 @@ enum class Path : uint8_t {
 };
 const char* path_name(Path p);   // "lean", "pipelined", "step_cluster", ...; "auto"
 bool parse_path(const char* s, Path* out);
-bool is_step_path(Path p);       // a path of gdn_attention's step (else of the primitive recurrence)
+bool is_step_path(Path p);       // a path of gdn_attention's step
+bool is_chunk_path(Path p);      // a path of the chunk kernel (gated_delta_rule_chunked)
 
 // Kernel choice forced by the caller (internal: tests and benchmarks). Default: the planner's.
 struct Override {
@@ -100,6 +105,20 @@ struct Plan {
 
 // The kernel for p on a device of compute capability cc_major; nseq > 0.
 Plan plan_launch(const Problem& p, int cc_major, const Facts& facts, Override force = {});
+
+// The chunked op: the chunk kernel where it can run and the batch is prefill-like (at least
+// chunk_min_tokens tokens per sequence on average), else the recurrence (plan_launch). vs: value
+// columns per block, 64 once the blocks of that split fill the device, else 32 (more blocks).
+struct ChunkProblem {
+  int64_t nseq = 0, tokens = 0;
+  int HV = 0, V = 0;
+  bool chunk_ok = false;  // K = 128, V a multiple of 32, 16-bit aligned activations, sm_80+
+};
+struct ChunkPlan {
+  bool chunk = false;
+  int vs = 32;
+};
+ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override force = {});
 
 // Batch-size comparisons scaled by the device's SM count against the table's reference card.
 inline bool at_least(int64_t work, int threshold, const Tuning& t, int sms) {

@@ -32,6 +32,10 @@ struct Tuning {
   int step_pipelined_min_f32;  // float32 verify batches
   int step_cluster_lean_groups;  // float32 cluster step: lean lanes up to this many groups (large clusters)
   int step_cluster_overlap_seqheads;  // cluster step: programmatic overlap up to this many sequence-heads
+
+  // The chunked op.
+  int chunk_min_tokens;   // the chunk kernel from this many tokens per sequence (on average)
+  int chunk_vs64_blocks;  // 64 value columns per block from this many such blocks
 };
 
 // sm_90 (H100, H200, H20), measured on an H200 with the three model shapes of docs/performance.md.
@@ -54,6 +58,8 @@ inline constexpr Tuning kSm90 = {
     /*step_pipelined_min_f32=*/192,
     /*step_cluster_lean_groups=*/32,
     /*step_cluster_overlap_seqheads=*/96,
+    /*chunk_min_tokens=*/32,
+    /*chunk_vs64_blocks=*/132,
 };
 
 inline const Tuning& tuning_for(int /*cc_major*/) { return kSm90; }

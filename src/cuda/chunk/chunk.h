@@ -1,0 +1,21 @@
+// src/cuda/chunk/chunk.h — the chunk-parallel prefill kernel (chunk.cuh): its parameters and launcher.
+#pragma once
+#include "cuda/common/params.h"
+
+namespace gdn::cuda {
+
+// The recurrence's parameters plus the gate and norm forms the chunk kernel loads (ops.h):
+// a and b in any float dtype (FloatRef codes), the decay given in log space (no A_log), beta given,
+// q and k without l2 normalisation. Sequences: group 0 (non-spec), q/k/v/a/b tensors.
+struct ChunkParams : RecurrentParams {
+  int a_dtype = 1, b_dtype = 1;  // 0 float32, 1 bfloat16, 2 float16, 3 float64
+  bool decay_given = false, beta_given = false, l2norm = true;
+  int vs = 64;  // value columns per block (the planner's choice: chunk_value_split)
+};
+
+// The launch for p (vs 32 or 64); the caller has checked that the kernel takes the problem (ops.cu,
+// chunk_ok: K = 128, V a multiple of vs, 16-bit q/k/v/o with 16-byte aligned rows, sm_80+).
+template <typename TAct, typename TState>
+Status launch_chunk(const ChunkParams& p, cudaStream_t stream);
+
+}  // namespace gdn::cuda

@@ -1,0 +1,23 @@
+// src/cuda/chunk/chunk_launch.cuh — the chunk kernel's launcher, instantiated per activation dtype in
+// chunk_bf16.cu and chunk_f16.cu.
+#pragma once
+#include "cuda/chunk/chunk.cuh"
+
+namespace gdn::cuda {
+
+template <typename TAct, typename TState, int VS>
+Status launch_chunk_vs(const ChunkParams& p, cudaStream_t stream) {
+  constexpr size_t kBytes = chunk::Layout<VS>::kBytes;
+  auto kernel = chunk::chunk_kernel<TAct, TState, VS>;
+  GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
+  const dim3 grid(static_cast<unsigned>(p.V / VS), static_cast<unsigned>(p.HV), static_cast<unsigned>(p.group[0].n));
+  return Launch(grid, dim3(chunk::kThreads), kBytes, stream)(kernel, p);
+}
+
+template <typename TAct, typename TState>
+Status launch_chunk(const ChunkParams& p, cudaStream_t stream) {
+  if (p.group[0].n == 0) return Status::Ok();
+  return p.vs == 64 ? launch_chunk_vs<TAct, TState, 64>(p, stream) : launch_chunk_vs<TAct, TState, 32>(p, stream);
+}
+
+}  // namespace gdn::cuda
