@@ -237,6 +237,9 @@ TEST(Plan, ChunkedOp) {
   EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kChunk64}), 64);
   EXPECT_EQ(vs(chunk_of(64, 1), 132, {Path::kChunk32}), 32);
   EXPECT_EQ(vs(chunk_of(1, 8192, 96), 132, {Path::kChunk64}), 32);  // cannot: the other split
+  ChunkProblem small_smem = chunk_of(64, 256);
+  small_smem.vs64_fits = false;
+  EXPECT_EQ(vs(small_smem, 132), 32);
   EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kLean}), 0);          // a recurrence path, forced
   EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kStepCluster}), 32);  // another op's path: ignored
   EXPECT_TRUE(is_chunk_path(Path::kChunk32) && is_chunk_path(Path::kChunk64) && !is_chunk_path(Path::kPacked));

@@ -202,14 +202,27 @@ bool default_gates(const GatedDeltaRuleArgs& a) {
 
 int float_code(DType t) { return t == DType::kBFloat16 ? 1 : t == DType::kFloat16 ? 2 : t == DType::kFloat64 ? 3 : 0; }
 
+// The opt-in shared memory per block of a device (0 if unknown), queried once per device.
+size_t smem_optin(int device) {
+  constexpr int kMaxDev = 64;
+  static size_t bytes[kMaxDev];
+  if (device >= 0 && device < kMaxDev && bytes[device] > 0) return bytes[device];
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return 0;
+  if (device >= 0 && device < kMaxDev) bytes[device] = static_cast<size_t>(v);
+  return static_cast<size_t>(v);
+}
+
 // Whether the chunk kernel can take the call on a device of compute capability cc_major.
 bool chunk_ok(const GatedDeltaRuleArgs& a, int cc_major) {
   const DType t = a.q.dtype;
   if (cc_major < 8 || (t != DType::kBFloat16 && t != DType::kFloat16)) return false;
   if (a.k.dtype != t || a.v.dtype != t || a.o.dtype != t || a.num_accepted_tokens.present()) return false;
+  if (a.a.dtype == DType::kFloat64 || a.b.dtype == DType::kFloat64) return false;  // gate words of 2 or 4 bytes
   if (a.q.shape[2] != 128 || a.v.shape[2] % 32 != 0) return false;
   return aligned16(a.q.data, a.q.stride[0], 2) && aligned16(a.k.data, a.k.stride[0], 2) &&
-         aligned16(a.v.data, a.v.stride[0], 2) && aligned16(a.o.data, a.o.stride[0], 2);
+         aligned16(a.v.data, a.v.stride[0], 2) && aligned16(a.o.data, a.o.stride[0], 2) &&
+         smem_optin(a.q.device_index) >= chunk_smem_bytes(32);
 }
 int cc_of(int device) {
   int major = 0;
@@ -269,6 +282,7 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
     cp.HV = p.HV;
     cp.V = p.V;
     cp.chunk_ok = chunk_ok(a, major);
+    cp.vs64_fits = smem_optin(dev) >= chunk_smem_bytes(64);
     if (cp.chunk_ok && !default_gates(a) && !plan::is_chunk_path(force.path)) force.path = plan::Path::kChunk32;
     const plan::ChunkPlan pl = plan::plan_chunked(cp, major, sms, force);
     p.early_meta = a.metadata_ready_early && pdl_enabled();

@@ -15,6 +15,9 @@ struct ChunkParams : RecurrentParams {
 
 // The launch for p (vs 32 or 64); the caller has checked that the kernel takes the problem (ops.cu,
 // chunk_ok: K = 128, V a multiple of vs, 16-bit q/k/v/o with 16-byte aligned rows, sm_80+).
+// Shared memory of a block with vs value columns (the kernel needs it as opt-in dynamic memory).
+size_t chunk_smem_bytes(int vs);
+
 template <typename TAct, typename TState>
 Status launch_chunk(const ChunkParams& p, cudaStream_t stream);
 

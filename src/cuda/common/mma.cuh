@@ -1,5 +1,5 @@
 // src/cuda/common/mma.cuh — the tensor-core primitives of the chunked kernels, as inline PTX (sm_80+):
-// ldmatrix, mma.sync m16n8k16 with float32 accumulation, cp.async.
+// ldmatrix, mma.sync m16n8k16 with float32 accumulation, cp.async, named barriers.
 //
 // Fragments of mma.m16n8k16 (lane l, g = l / 4, c = 2 (l % 4)):
 //   A (16 x 16, row major), 4 registers of two 16-bit values: a0 (g, c..c+1), a1 (g+8, c..),
@@ -118,5 +118,14 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Named barriers (ids 1-15; 0 is __syncthreads) of n threads, a multiple of 32: sync waits for all n,
+// arrive counts this thread's warp without waiting. Shared-memory writes before an arrive are
+// fenced so that the threads the barrier releases see them.
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+  __threadfence_block();
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 
 }  // namespace gdn::cuda::mma

@@ -208,7 +208,7 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
   ChunkPlan pl;
   if (!p.chunk_ok || p.nseq <= 0) return pl;
   const Tuning& t = tuning_for(cc_major);
-  const bool vs64_ok = p.V % 64 == 0;
+  const bool vs64_ok = p.V % 64 == 0 && p.vs64_fits;
   if (is_chunk_path(force.path)) {
     pl.chunk = true;
     pl.vs = force.path == Path::kChunk64 && vs64_ok ? 64 : 32;

@@ -112,7 +112,8 @@ Plan plan_launch(const Problem& p, int cc_major, const Facts& facts, Override fo
 struct ChunkProblem {
   int64_t nseq = 0, tokens = 0;
   int HV = 0, V = 0;
-  bool chunk_ok = false;  // K = 128, V a multiple of 32, 16-bit aligned activations, sm_80+
+  bool chunk_ok = false;  // K = 128, V a multiple of 32, 16-bit aligned activations, sm_80+, shared memory
+  bool vs64_fits = true;  // the 64-column block's shared memory fits the device
 };
 struct ChunkPlan {
   bool chunk = false;

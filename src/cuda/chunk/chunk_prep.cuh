@@ -1,0 +1,258 @@
+// src/cuda/chunk/chunk_prep.cuh — the chunk kernel's producer group (warps 0-3): everything of a
+// chunk that does not depend on the state. For chunk rows [row, row + n) into buffer buf: the raw
+// q, k, v (cp.async), the gates and norms, P and L (q k^T and k k^T with decays and scalings), the
+// diagonal blocks D_b = (I + L_bb)^-1 and M_bm = -D_b L_bm, and [W | U] by block forward
+// substitution (chunk.cuh says the math).
+#pragma once
+#include "cuda/chunk/chunk_smem.cuh"
+
+namespace gdn::cuda::chunk {
+
+// The raw inputs of the n tokens at `row` into buffer buf (zeros past n), by the 128 producer threads.
+template <typename TAct, int VS>
+__device__ __forceinline__ void issue_chunk(const ChunkParams& p, TAct* s16, int buf, int64_t row, int n, int h,
+                                            int hv, int v0, int tid) {
+  using L = Layout<VS>;
+  TAct* dq = s16 + L::kQ + buf * kC * kLdK;
+  TAct* dk = s16 + L::kKr + buf * kC * kLdK;
+  TAct* dv = s16 + L::kV + buf * kC * L::kLdV;
+  for (int e = tid; e < kC * (kK / 8); e += kGroupThreads) {
+    const int t = e / (kK / 8), s = e % (kK / 8);
+    const bool ok = t < n;
+    const int64_t r = row + (ok ? t : 0);
+    mma::cp_async16(dq + t * kLdK + s * 8, q_row<TAct>(p, r, h) + s * 8, ok);
+    mma::cp_async16(dk + t * kLdK + s * 8, k_row<TAct>(p, r, h) + s * 8, ok);
+  }
+  for (int e = tid; e < kC * (VS / 8); e += kGroupThreads) {
+    const int t = e / (VS / 8), s = e % (VS / 8);
+    const bool ok = t < n;
+    const int64_t r = row + (ok ? t : 0);
+    const TAct* src = static_cast<const TAct*>(p.src.v) + r * p.src.v_rs + static_cast<int64_t>(hv) * p.V + v0 + s * 8;
+    mma::cp_async16(dv + t * L::kLdV + s * 8, src, ok);
+  }
+  mma::cp_async_commit();
+}
+
+// The (row block, column block) tiles of P and L each producer warp computes: 10 tiles, 3/3/2/2
+// (code 4 b + m; -1: none).
+__constant__ const int8_t kTiles[4][3] = {{12, 13, 0}, {14, 15, 5}, {8, 9, -1}, {10, 4, -1}};
+
+template <typename TAct, int VS>
+__device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* smem, int buf, int64_t row, int n,
+                                           int h, int hv, int v0, float A, float dtb, int w, int lane, int tid) {
+  using L = Layout<VS>;
+  constexpr int kLdV = L::kLdV, kNV = VS / 8;
+  constexpr int kNT = kK / 8 + kNV, kNTW = kNT / 4;  // column tiles of [W | U], per warp
+  static_assert(kNT % 4 == 0, "the column tiles split evenly over the 4 producer warps");
+  TAct* s16 = reinterpret_cast<TAct*>(smem);
+  float* sf = reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2);
+  const TAct* cq = s16 + L::kQ + buf * kC * kLdK;
+  const TAct* ck = s16 + L::kKr + buf * kC * kLdK;
+  const TAct* cv = s16 + L::kV + buf * kC * kLdV;
+  TAct* sW = s16 + L::kW + buf * kC * kLdK;
+  TAct* sU = s16 + L::kU + buf * kC * kLdV;
+  TAct* sP = s16 + L::kP + buf * kC * kLdL;
+  TAct *sLb = s16 + L::kLb, *sDk = s16 + L::kDk, *sDv = s16 + L::kDv, *sDn = s16 + L::kDn, *sM = s16 + L::kM;
+  float* sLd = sf + L::kLd;
+  const ChunkVecs cvv = chunk_vecs(sf + L::kVec, buf);
+  const int gq = lane >> 2, cq2 = 2 * (lane & 3);
+
+  // Inputs: q, k, v asynchronously; warp 0 loads the gate inputs of tokens 2 lane, 2 lane + 1.
+  issue_chunk<TAct, VS>(p, s16, buf, row, n, h, hv, v0, tid);
+  uint32_t ra[2] = {0u, 0u}, rb[2] = {0u, 0u};
+  if (w == 0) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int t = 2 * lane + j;
+      const int64_t r = row + (t < n ? t : 0);
+      ra[j] = load_raw(p.src.a, p.a_dtype, r * p.src.a_rs + hv, t < n);
+      rb[j] = load_raw(p.src.b, p.b_dtype, r * p.src.b_rs + hv, t < n);
+    }
+  }
+  mma::cp_async_wait_all();
+  mma::bar_sync(kProd, kGroupThreads);
+  // Gates (warp 0: an inclusive scan of the log decays) and norms (thread t: q row t, or k row t - 64).
+  if (w == 0) {
+    float g[2], b[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const bool ok = 2 * lane + j < n;
+      const float av = raw_float(ra[j], p.a_dtype), bv = raw_float(rb[j], p.b_dtype);
+      g[j] = !ok ? 0.f : p.decay_given ? av : A * rules::softplus(av + dtb);
+      b[j] = !ok ? 0.f : p.beta_given ? bv : 1.f / (1.f + expf(-bv));
+    }
+    float incl = g[0] + g[1];
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) {
+      const float t = __shfl_up_sync(0xffffffffu, incl, m);
+      if (lane >= m) incl += t;
+    }
+    float excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) excl = 0.f;
+    cvv.G[2 * lane] = excl + g[0];
+    cvv.G[2 * lane + 1] = incl;
+    cvv.beta[2 * lane] = b[0];
+    cvv.beta[2 * lane + 1] = b[1];
+  }
+  {
+    const TAct* src = tid < kC ? cq + tid * kLdK : ck + (tid - kC) * kLdK;
+    float ss[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < kK / 8; ++s) {
+      const uint4 u = *reinterpret_cast<const uint4*>(src + s * 8);
+      const TAct* e = reinterpret_cast<const TAct*>(&u);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ss[j & 3] += to_float(e[j]) * to_float(e[j]);
+    }
+    const float sum = (ss[0] + ss[1]) + (ss[2] + ss[3]);
+    if (tid < kC) cvv.nq[tid] = p.l2norm ? p.scale / sqrtf(sum + 1e-6f) : p.scale;
+    else cvv.nk[tid - kC] = p.l2norm ? 1.f / sqrtf(sum + 1e-6f) : 1.f;
+  }
+  mma::bar_sync(kProd, kGroupThreads);
+
+  // P and L tiles (16 x 16, column block m <= row block b) of this warp.
+#pragma unroll
+  for (int s = 0; s < 3; ++s) {
+    const int code = kTiles[w][s];
+    if (code < 0) break;
+    const int b = code >> 2, m = code & 3;
+    float accP[2][4] = {}, accL[2][4] = {};
+#pragma unroll
+    for (int kt = 0; kt < kK / 16; ++kt) {
+      uint32_t aq[4], ak[4], bk[4];
+      mma::ldsm4(aq, mma::a_tile(cq, kLdK, 16 * b, 16 * kt, lane));
+      mma::ldsm4(ak, mma::a_tile(ck, kLdK, 16 * b, 16 * kt, lane));
+      mma::ldsm4(bk, mma::bt_pair(ck, kLdK, 16 * m, 16 * kt, lane));
+      mma::mma16816<TAct>(accP[0], aq, bk[0], bk[1]);
+      mma::mma16816<TAct>(accP[1], aq, bk[2], bk[3]);
+      mma::mma16816<TAct>(accL[0], ak, bk[0], bk[1]);
+      mma::mma16816<TAct>(accL[1], ak, bk[2], bk[3]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = 16 * b + gq + 8 * r;
+      const float Gi = cvv.G[i], nqi = cvv.nq[i], lki = cvv.beta[i] * cvv.nk[i];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float pv[2], lv[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = 16 * m + 8 * half + cq2 + e;
+          const float dec = j <= i ? expf(Gi - cvv.G[j]) * cvv.nk[j] : 0.f;
+          pv[e] = accP[half][2 * r + e] * nqi * dec;
+          lv[e] = j < i ? accL[half][2 * r + e] * lki * dec : 0.f;
+        }
+        const int j0 = 16 * m + 8 * half + cq2;
+        st2(sP + i * kLdL + j0, pv[0], pv[1]);
+        if (m < b) {
+          st2(sLb + i * kLdL + j0, lv[0], lv[1]);
+        } else {
+          float* d = sLd + b * 16 * 17 + (i - 16 * b) * 17 + (j0 - 16 * b);
+          d[0] = lv[0];
+          d[1] = lv[1];
+        }
+      }
+    }
+  }
+  mma::bar_sync(kProd, kGroupThreads);
+
+  // D_w = (I + L_ww)^-1 by forward substitution, column c per lane (lanes 16-31 repeat 0-15), and its
+  // scaled forms; then M_wm = -D_w L_wm for m < w.
+  {
+    const int c = lane & 15, jg = 16 * w + c;
+    const float* d = sLd + w * 16 * 17;
+    float x[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      float s0 = r == c ? 1.f : 0.f, s1 = 0.f;
+#pragma unroll
+      for (int m = 0; m < r; ++m) {
+        if (m & 1) s1 -= d[r * 17 + m] * x[m];
+        else s0 -= d[r * 17 + m] * x[m];
+      }
+      x[r] = s0 + s1;
+    }
+    const float ck_ = cvv.beta[jg] * expf(cvv.G[jg]) * cvv.nk[jg], cv_ = cvv.beta[jg];
+    if (lane < 16) {
+#pragma unroll
+      for (int r = 0; r < 16; ++r) {
+        const int at = (w * 16 + r) * kLdB + c;
+        sDk[at] = from_float<TAct>(x[r] * ck_);
+        sDv[at] = from_float<TAct>(x[r] * cv_);
+        sDn[at] = from_float<TAct>(-x[r]);
+      }
+    }
+  }
+  __syncwarp();
+  if (w > 0) {
+    uint32_t ad[4];
+    mma::ldsm4(ad, mma::a_tile(sDn + w * 16 * kLdB, kLdB, 0, 0, lane));
+#pragma unroll
+    for (int m = 0; m < 3; ++m)
+      if (m < w) {
+        uint32_t b[4];
+        mma::ldsm4_t(b, mma::b_pair(sLb, kLdL, 16 * w, 16 * m, lane));
+        float acc[2][4] = {};
+        mma::mma16816<TAct>(acc[0], ad, b[0], b[1]);
+        mma::mma16816<TAct>(acc[1], ad, b[2], b[3]);
+        TAct* dst = sM + (w * (w - 1) / 2 + m) * 16 * kLdB;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          st2(dst + gq * kLdB + 8 * half + cq2, acc[half][0], acc[half][1]);
+          st2(dst + (gq + 8) * kLdB + 8 * half + cq2, acc[half][2], acc[half][3]);
+        }
+      }
+  }
+  mma::bar_sync(kProd, kGroupThreads);
+
+  // (I + L) [W | U] = diag(c) [k | v]: this warp's kNTW column tiles, block row by block row.
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    uint32_t adk[4], adv[4];
+    mma::ldsm4(adk, mma::a_tile(sDk + b * 16 * kLdB, kLdB, 0, 0, lane));
+    mma::ldsm4(adv, mma::a_tile(sDv + b * 16 * kLdB, kLdB, 0, 0, lane));
+    float acc[kNTW][4];
+#pragma unroll
+    for (int jj = 0; jj < kNTW; ++jj) {
+      const int t = w * kNTW + jj;
+      const bool isk = t < kK / 8;
+      const TAct* src = isk ? ck + 8 * t : cv + 8 * (t - kK / 8);
+      uint32_t bx[2];
+      mma::ldsm2_t(bx, mma::b_single(src, isk ? kLdK : kLdV, 16 * b, 0, lane));
+      uint32_t a[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        a[e] = isk ? adk[e] : adv[e];
+        acc[jj][e] = 0.f;
+      }
+      mma::mma16816<TAct>(acc[jj], a, bx[0], bx[1]);
+    }
+#pragma unroll
+    for (int m = 0; m < 3; ++m)
+      if (m < b) {
+        uint32_t am[4];
+        mma::ldsm4(am, mma::a_tile(sM + (b * (b - 1) / 2 + m) * 16 * kLdB, kLdB, 0, 0, lane));
+#pragma unroll
+        for (int jj = 0; jj < kNTW; ++jj) {
+          const int t = w * kNTW + jj;
+          const bool isk = t < kK / 8;
+          const TAct* y = isk ? sW + 8 * t : sU + 8 * (t - kK / 8);
+          uint32_t by[2];
+          mma::ldsm2_t(by, mma::b_single(y, isk ? kLdK : kLdV, 16 * m, 0, lane));
+          mma::mma16816<TAct>(acc[jj], am, by[0], by[1]);
+        }
+      }
+#pragma unroll
+    for (int jj = 0; jj < kNTW; ++jj) {
+      const int t = w * kNTW + jj;
+      const bool isk = t < kK / 8;
+      TAct* y = isk ? sW + 8 * t : sU + 8 * (t - kK / 8);
+      const int ld = isk ? kLdK : kLdV;
+      st2(y + (16 * b + gq) * ld + cq2, acc[jj][0], acc[jj][1]);
+      st2(y + (16 * b + gq + 8) * ld + cq2, acc[jj][2], acc[jj][3]);
+    }
+    __syncwarp();
+  }
+}
+
+}  // namespace gdn::cuda::chunk

@@ -1,0 +1,70 @@
+// src/cuda/chunk/chunk_smem.cuh — the chunk kernel's shared memory, constants and small helpers.
+#pragma once
+#include "cuda/chunk/chunk.h"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/rec_common.cuh"
+
+namespace gdn::cuda::chunk {
+
+constexpr int kC = 64, kK = 128;
+constexpr int kGroupThreads = 128, kThreads = 2 * kGroupThreads;  // producer warps 0-3, consumer warps 4-7
+constexpr int kLdK = kK + 8;  // row stride (elements) of the q, k and W tiles: conflict-free ldmatrix
+constexpr int kLdL = kC + 8;  // of the 16-bit L and P
+constexpr int kLdB = 16 + 8;  // of the 16 x 16 blocks D and M
+// Named barriers: a buffer's inputs are ready (kFull + buf) / consumed (kEmpty + buf), both groups;
+// within the producer group, within the consumer group.
+constexpr int kFull = 1, kEmpty = 3, kProd = 5, kCons = 6;
+
+// Shared memory: 16-bit tiles (element offsets), then floats. [2]: one per chunk in flight.
+template <int VS>
+struct Layout {
+  static constexpr int kLdV = VS + 8;
+  static constexpr int kQ = 0;                     // [2][kC][kLdK] raw q
+  static constexpr int kKr = kQ + 2 * kC * kLdK;   // [2][kC][kLdK] raw k
+  static constexpr int kV = kKr + 2 * kC * kLdK;   // [2][kC][kLdV] raw v (the block's columns)
+  static constexpr int kW = kV + 2 * kC * kLdV;    // [2][kC][kLdK] W
+  static constexpr int kU = kW + 2 * kC * kLdK;    // [2][kC][kLdV] U
+  static constexpr int kP = kU + 2 * kC * kLdV;    // [2][kC][kLdL] P = (q^ k^T o exp(G_i - G_j), j <= i)
+  static constexpr int kDel = kP + 2 * kC * kLdL;  // [kC][kLdV] delta (consumers)
+  static constexpr int kDd = kDel + kC * kLdV;     // [kC][kLdV] diag(exp(G_last - G) / |k|) delta (consumers)
+  static constexpr int kS = kDd + kC * kLdV;       // [kK][kLdV] H, 16-bit (consumers)
+  static constexpr int kLb = kS + kK * kLdV;       // [kC][kLdL] L below the diagonal blocks, 16-bit (producers)
+  static constexpr int kDk = kLb + kC * kLdL;      // [4][16][kLdB] D_b diag(beta exp(G) / |k|)
+  static constexpr int kDv = kDk + 4 * 16 * kLdB;  // [4][16][kLdB] D_b diag(beta)
+  static constexpr int kDn = kDv + 4 * 16 * kLdB;  // [4][16][kLdB] -D_b
+  static constexpr int kM = kDn + 4 * 16 * kLdB;   // [6][16][kLdB] M_bm = -D_b L_bm, index b (b - 1) / 2 + m
+  static constexpr int k16 = kM + 6 * 16 * kLdB;
+  static constexpr int kLd = 0;                    // [4][16][17] diagonal blocks of L, float (producers)
+  static constexpr int kVec = kLd + 4 * 16 * 17;   // [2][4][kC]: G (cumulative log decay), beta, scale / |q|, 1 / |k|
+  static constexpr int kF = kVec + 2 * 4 * kC;
+  static constexpr size_t kBytes = static_cast<size_t>(k16) * 2 + static_cast<size_t>(kF) * 4;
+  static_assert(k16 % 8 == 0, "the float area starts 16-byte aligned");
+};
+
+// The per-chunk vectors of buffer buf.
+struct ChunkVecs {
+  float *G, *beta, *nq, *nk;
+};
+__device__ __forceinline__ ChunkVecs chunk_vecs(float* vec, int buf) {
+  float* b = vec + buf * 4 * kC;
+  return ChunkVecs{b, b + kC, b + 2 * kC, b + 3 * kC};
+}
+
+template <typename T>
+__device__ __forceinline__ void st2(T* dst, float lo, float hi) {
+  *reinterpret_cast<uint32_t*>(dst) = mma::pack2<T>(lo, hi);
+}
+
+// A gate input (a or b) of dtype code dt (0 float32, 1 bfloat16, 2 float16) as raw bits (0 where
+// !ok), loaded without a branch so that the load stays in flight until raw_float converts it.
+__device__ __forceinline__ uint32_t load_raw(const void* base, int dt, int64_t off, bool ok) {
+  const int bytes = !ok ? 0 : dt == 0 ? 4 : 2;
+  return load_word(static_cast<const char*>(base) + off * bytes, bytes);
+}
+__device__ __forceinline__ float raw_float(uint32_t r, int dt) {
+  if (dt == 1) return __uint_as_float(r << 16);
+  if (dt == 2) return __half2float(__ushort_as_half(static_cast<unsigned short>(r)));
+  return __uint_as_float(r);
+}
+
+}  // namespace gdn::cuda::chunk
