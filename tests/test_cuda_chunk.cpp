@@ -74,7 +74,8 @@ struct ChunkRun {
   Buf o, pool;
 };
 
-// Runs the batch on backend be (chunked op) or, recurrent = true, the recurrent op.
+// Runs the batch on backend be: the chunked op (chunked = true) or the recurrent op; forms: the
+// decay and beta given, no l2 norm.
 ChunkRun run(Backend be, bool chunked, GdrIn& in, const ChunkBatch& b, const Buf& pool0, StateLayout layout,
              DType act, bool forms = false) {
   ChunkRun out{Buf(act, {in.T, in.HV, in.V}), pool0};

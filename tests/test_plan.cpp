@@ -240,6 +240,12 @@ TEST(Plan, ChunkedOp) {
   ChunkProblem small_smem = chunk_of(64, 256);
   small_smem.vs64_fits = false;
   EXPECT_EQ(vs(small_smem, 132), 32);
+  ChunkProblem forms = chunk_of(64, 1);  // gate forms only the chunk kernel has: whatever the batch
+  forms.chunk_only = true;
+  EXPECT_EQ(vs(forms, 132), 64);
+  EXPECT_EQ(vs(forms, 132, {Path::kLean}), 64);
+  forms.chunk_ok = false;
+  EXPECT_EQ(vs(forms, 132), 0);
   EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kLean}), 0);          // a recurrence path, forced
   EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kStepCluster}), 32);  // another op's path: ignored
   EXPECT_TRUE(is_chunk_path(Path::kChunk32) && is_chunk_path(Path::kChunk64) && !is_chunk_path(Path::kPacked));

@@ -200,18 +200,6 @@ bool default_gates(const GatedDeltaRuleArgs& a) {
   return a.A_log.present() && a.beta_sigmoid && a.qk_l2norm && a.a.dtype == a.q.dtype && a.b.dtype == a.q.dtype;
 }
 
-int float_code(DType t) { return t == DType::kBFloat16 ? 1 : t == DType::kFloat16 ? 2 : t == DType::kFloat64 ? 3 : 0; }
-
-// The opt-in shared memory per block of a device (0 if unknown), queried once per device.
-size_t smem_optin(int device) {
-  constexpr int kMaxDev = 64;
-  static size_t bytes[kMaxDev];
-  if (device >= 0 && device < kMaxDev && bytes[device] > 0) return bytes[device];
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return 0;
-  if (device >= 0 && device < kMaxDev) bytes[device] = static_cast<size_t>(v);
-  return static_cast<size_t>(v);
-}
 
 // Whether the chunk kernel can take the call on a device of compute capability cc_major.
 bool chunk_ok(const GatedDeltaRuleArgs& a, int cc_major) {
@@ -222,11 +210,7 @@ bool chunk_ok(const GatedDeltaRuleArgs& a, int cc_major) {
   if (a.q.shape[2] != 128 || a.v.shape[2] % 32 != 0) return false;
   return aligned16(a.q.data, a.q.stride[0], 2) && aligned16(a.k.data, a.k.stride[0], 2) &&
          aligned16(a.v.data, a.v.stride[0], 2) && aligned16(a.o.data, a.o.stride[0], 2) &&
-         smem_optin(a.q.device_index) >= chunk_smem_bytes(32);
-}
-int cc_of(int device) {
-  int major = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess ? major : 0;
+         device_props(a.q.device_index).smem_optin >= chunk_smem_bytes(32);
 }
 
 Status launch_chunk_any(const ChunkParams& p, DType act, DType state, cudaStream_t stream) {
@@ -244,7 +228,7 @@ Status launch_chunk_any(const ChunkParams& p, DType act, DType state, cudaStream
 
 Status supports_chunked(const GatedDeltaRuleArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_chunked", a.q.shape[2]));
-  if (!default_gates(a) && !chunk_ok(a, cc_of(a.q.device_index)))
+  if (!default_gates(a) && !chunk_ok(a, device_props(a.q.device_index).major))
     GDN_RETURN_IF_ERROR(supports_gates("gated_delta_rule_chunked", a));
   return supports_grid("gated_delta_rule_chunked", a.state_indices.shape[0], a.v.shape[1]);
 }
@@ -282,8 +266,8 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
     cp.HV = p.HV;
     cp.V = p.V;
     cp.chunk_ok = chunk_ok(a, major);
-    cp.vs64_fits = smem_optin(dev) >= chunk_smem_bytes(64);
-    if (cp.chunk_ok && !default_gates(a) && !plan::is_chunk_path(force.path)) force.path = plan::Path::kChunk32;
+    cp.vs64_fits = device_props(dev).smem_optin >= chunk_smem_bytes(64);
+    cp.chunk_only = !default_gates(a);
     const plan::ChunkPlan pl = plan::plan_chunked(cp, major, sms, force);
     p.early_meta = a.metadata_ready_early && pdl_enabled();
     const cudaStream_t s = static_cast<cudaStream_t>(stream);

@@ -108,11 +108,15 @@ __device__ __forceinline__ uint32_t load_param_word(const FloatRef& f, int64_t i
   return load_word(static_cast<const char*>(f.ptr) + i * f.stride * fb + w * 4, use ? (fb == 2 ? 2 : 4) : 0);
 }
 
+// FloatRef's dtype code of a float dtype.
+inline int float_code(DType t) {
+  return t == DType::kBFloat16 ? 1 : t == DType::kFloat16 ? 2 : t == DType::kFloat64 ? 3 : 0;
+}
 inline FloatRef float_ref(const TensorView& v) {
   FloatRef r;
   r.ptr = v.data;
   r.stride = v.stride[0];
-  r.dtype = v.dtype == DType::kBFloat16 ? 1 : v.dtype == DType::kFloat16 ? 2 : v.dtype == DType::kFloat64 ? 3 : 0;
+  r.dtype = float_code(v.dtype);
   return r;
 }
 
@@ -177,18 +181,34 @@ struct Launch {
   }
 };
 
-// The device's compute capability and SM count, queried once per device.
-inline Status device_of(int* dev, int* major, int* sms) {
+// What the backend asks of a device: compute capability, SM count and opt-in shared memory per
+// block, queried once per device (every field 0 when the query fails).
+struct DeviceProps {
+  int major = 0, sms = 0;
+  size_t smem_optin = 0;
+};
+inline DeviceProps device_props(int device) {
   constexpr int kMaxDev = 64;
-  static int majors[kMaxDev], counts[kMaxDev];  // 0: not yet queried
-  GDN_CUDA_CHECK(cudaGetDevice(dev));
-  if (*dev >= 0 && *dev < kMaxDev && counts[*dev] > 0) {
-    *major = majors[*dev], *sms = counts[*dev];
-    return Status::Ok();
+  static DeviceProps cache[kMaxDev];  // sms == 0: not yet queried
+  if (device >= 0 && device < kMaxDev && cache[device].sms > 0) return cache[device];
+  DeviceProps d;
+  int smem = 0;
+  if (cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return DeviceProps{};
   }
-  GDN_CUDA_CHECK(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, *dev));
-  GDN_CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *dev));
-  if (*dev >= 0 && *dev < kMaxDev) majors[*dev] = *major, counts[*dev] = *sms;  // same values from any thread
+  d.smem_optin = static_cast<size_t>(smem);
+  if (device >= 0 && device < kMaxDev) cache[device] = d;  // same values from any thread
+  return d;
+}
+// The current device, its compute capability and SM count.
+inline Status device_of(int* dev, int* major, int* sms) {
+  GDN_CUDA_CHECK(cudaGetDevice(dev));
+  const DeviceProps d = device_props(*dev);
+  if (d.sms == 0) return Status::Error("cudaDeviceGetAttribute failed for device " + std::to_string(*dev));
+  *major = d.major, *sms = d.sms;
   return Status::Ok();
 }
 

@@ -214,8 +214,10 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
     pl.vs = force.path == Path::kChunk64 && vs64_ok ? 64 : 32;
     return pl;
   }
-  if (force.path != Path::kAuto && !is_step_path(force.path)) return pl;  // a recurrence path, forced
-  if (p.tokens < int64_t{t.chunk_min_tokens} * p.nseq) return pl;
+  if (!p.chunk_only) {
+    if (force.path != Path::kAuto && !is_step_path(force.path)) return pl;  // a recurrence path, forced
+    if (p.tokens < int64_t{t.chunk_min_tokens} * p.nseq) return pl;
+  }
   pl.chunk = true;
   pl.vs = vs64_ok && at_least(p.nseq * p.HV * (p.V / 64), t.chunk_vs64_blocks, t, sms > 0 ? sms : 1) ? 64 : 32;
   return pl;

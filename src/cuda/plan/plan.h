@@ -114,6 +114,7 @@ struct ChunkProblem {
   int HV = 0, V = 0;
   bool chunk_ok = false;  // K = 128, V a multiple of 32, 16-bit aligned activations, sm_80+, shared memory
   bool vs64_fits = true;  // the 64-column block's shared memory fits the device
+  bool chunk_only = false;  // gate or norm forms the recurrence kernels lack: the chunk kernel whatever the batch
 };
 struct ChunkPlan {
   bool chunk = false;
