@@ -9,7 +9,8 @@
 // conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer, verify
 // conv windows in the rolling line) and "fused_per_token" (the same, conv windows per draft slot).
 // "chunked" (gated_delta_rule_chunked: prefill of N sequences of T tokens, --shapes NxT,...; ms,
-// tokens/s, TFLOP/s of the chunk form and % of the dense bf16 tensor-core peak).
+// tokens/s, TFLOP/s of the chunk form and % of the dense bf16 tensor-core peak) and
+// "attention_prefill" (the same prefills through gdn_attention: conv, gates, chunk, pools, z).
 // --path forces a kernel path of the planner (src/cuda/plan/plan.h) where it can run, for A/B runs.
 #include <algorithm>
 #include <cstdio>
@@ -312,14 +313,44 @@ Result run_prefill(const Case& k, int replays, cuda::plan::Override force) {
   g.query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
   g.state_indices = dev_view(d_slots.p, DType::kInt32, {N});
   g.o = dev_view(o.p, act, {rows, m.HV, m.V});
-  Status st = can_implement_chunked(g);
-  if (!st.ok()) return Result{0, 0, 0, st.message()};
   Result res;
-  res.us = time_graph(3, replays, [&](int, cudaStream_t s) {
-    Status e = internal::gated_delta_rule_chunked(g, s, force);
-    if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
-  });
   res.bytes = 2.0 * N * slot_bytes + rows * 2.0 * (2 * m.H * m.K + 2 * m.HV * m.V + 2 * m.HV);
+  if (k.op == "attention_prefill") {  // the same prefill through gdn_attention (projections, conv, pools, z)
+    constexpr int64_t W = 4;
+    const int64_t r = m.HV / m.H, D = 2 * m.H * m.K + m.HV * m.V, width = m.H * (2 * m.K + 2 * r * m.V);
+    DevBuf qkvz(rows * width * 2), ba(rows * 2 * m.HV * 2), z(rows * m.HV * m.V * 2), conv(N * (W - 1) * D * 2),
+        w(D * W * 2);
+    for (DevBuf* x : {&qkvz, &ba, &conv, &w}) fill(*x, act);
+    GdnAttentionArgs ga;
+    ga.core_attn_out = g.o;
+    ga.z = dev_view(z.p, act, {rows, m.HV, m.V});
+    ga.projected_states_qkvz = dev_view(qkvz.p, act, {rows, width});
+    ga.projected_states_ba = dev_view(ba.p, act, {rows, 2 * m.HV});
+    ga.num_k_heads = m.H; ga.num_v_heads = m.HV; ga.head_k_dim = m.K; ga.head_v_dim = m.V;
+    ga.conv_state = dev_view(conv.p, act, {N, W - 1, D});
+    ga.ssm_state = g.ssm_state;
+    ga.conv_weights = dev_view(w.p, act, {D, W});
+    ga.A_log = g.A_log;
+    ga.dt_bias = g.dt_bias;
+    ga.num_actual_tokens = rows;
+    ga.num_prefills = N;
+    ga.non_spec_query_start_loc = g.query_start_loc;
+    ga.non_spec_state_indices_tensor = g.state_indices;
+    Status st = can_implement(ga);
+    if (!st.ok()) return Result{0, 0, 0, st.message()};
+    res.us = time_graph(3, replays, [&](int, cudaStream_t s) {
+      Status e = internal::gdn_attention(ga, s, force);
+      if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
+    });
+    res.bytes += rows * 2.0 * (width - 2 * m.H * m.K - m.HV * m.V) + N * 4.0 * (W - 1) * D;
+  } else {
+    Status st = can_implement_chunked(g);
+    if (!st.ok()) return Result{0, 0, 0, st.message()};
+    res.us = time_graph(3, replays, [&](int, cudaStream_t s) {
+      Status e = internal::gated_delta_rule_chunked(g, s, force);
+      if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
+    });
+  }
   res.gbps = res.bytes / (res.us * 1e-6) / 1e9;
   return res;
 }
@@ -386,7 +417,7 @@ int cmd_bench(int argc, char** argv) {
       if (!m) { std::fprintf(stderr, "gdn bench: unknown model %s\n", mn.c_str()); return 2; }
       for (const auto& st : split(states)) {
         const DType sd = st == "bf16" ? DType::kBFloat16 : DType::kFloat32;
-        if (op == "chunked") {  // N x T prefill shapes
+        if (op == "chunked" || op == "attention_prefill") {  // N x T prefill shapes
           for (const auto& sh : split(shapes)) {
             const size_t x = sh.find('x');
             if (x == std::string::npos) { std::fprintf(stderr, "gdn bench: shape %s is not NxT\n", sh.c_str()); return 2; }
@@ -400,11 +431,11 @@ int cmd_bench(int argc, char** argv) {
     }
   size_t arena_bytes = 0;
   for (const Case& c : cases)
-    if (c.N > 0 && c.T > 0 && c.op != "chunked") arena_bytes = std::max(arena_bytes, pool_shape(c).bytes());
+    if (c.N > 0 && c.T > 0 && c.op != "chunked" && c.op != "attention_prefill") arena_bytes = std::max(arena_bytes, pool_shape(c).bytes());
   DevBuf arena(std::max<size_t>(arena_bytes, 16));
   for (const Case& c : cases) {
     const std::string mn = c.m->name, st = c.state == DType::kBFloat16 ? "bf16" : "f32";
-    const bool prefill = c.op == "chunked";
+    const bool prefill = c.op == "chunked" || c.op == "attention_prefill";
     const Result r = prefill ? run_prefill(c, replays, force) : run_case(c, replays, arena, force);
     if (!r.error.empty()) {
       std::printf("%-10s %-15s %5lld %2lld %-5s error: %s\n", c.op.c_str(), mn.c_str(), static_cast<long long>(c.N),

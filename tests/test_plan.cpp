@@ -255,5 +255,32 @@ TEST(Plan, ChunkedOp) {
             plan_launch(qwen(64, 1, 4, false), 9, FakeFacts(132)).path);
 }
 
+// gdn_attention: the chunk kernel beside the step when a prefill may be long enough.
+TEST(Plan, AttentionChunk) {
+  auto plan = [](int64_t prefills, int64_t rows, Override f = {}, bool ok = true, int sms = 132) {
+    AttentionChunkProblem p;
+    p.prefills = prefills;
+    p.prefill_rows = rows;
+    p.HV = 32;
+    p.V = 128;
+    p.chunk_ok = ok;
+    return plan_attention_chunk(p, 9, sms, f);
+  };
+  const int64_t from = kSm90.chunk_min_tokens;
+  EXPECT_TRUE(plan(1, 8192).chunk);
+  EXPECT_EQ(plan(1, 8192).vs, 32);  // 64 blocks of 64 columns: half the device
+  EXPECT_EQ(plan(1, 8192).from, from);
+  EXPECT_EQ(plan(8, 8192).vs, 64);
+  EXPECT_TRUE(plan(1, from).chunk);
+  EXPECT_FALSE(plan(1, from - 1).chunk);  // no prefill can reach the length
+  EXPECT_FALSE(plan(0, 8192).chunk);      // decodes and verify only
+  EXPECT_FALSE(plan(1, 8192, {}, false).chunk);
+  EXPECT_FALSE(plan(1, 8192, {Path::kStepTwoLaunches}).chunk);  // a step path forced: all in the step
+  EXPECT_FALSE(plan(1, 8192, {Path::kStepCluster}).chunk);
+  EXPECT_EQ(plan(1, 8192, {Path::kChunk64}).vs, 64);
+  EXPECT_EQ(plan(8, 8192, {Path::kChunk32}).vs, 32);
+  EXPECT_FALSE(plan(1, 8192, {Path::kChunk64}, false).chunk);
+}
+
 }  // namespace
 }  // namespace gdn::cuda::plan

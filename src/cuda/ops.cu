@@ -224,6 +224,19 @@ Status launch_chunk_any(const ChunkParams& p, DType act, DType state, cudaStream
   }
 }
 
+// Whether the chunk kernel can take gdn_attention's long prefills (as chunk_ok: K = 128, V a multiple
+// of 32, 16-bit activations, 16-byte aligned rows of the projections, the conv pool and
+// core_attn_out).
+bool attention_chunk_ok(const GdnAttentionArgs& a, const rules::ProjLayout& L, int cc_major) {
+  const DType t = a.projected_states_qkvz.dtype;
+  if (cc_major < 8 || (t != DType::kBFloat16 && t != DType::kFloat16)) return false;
+  if (L.K != 128 || L.V % 32 != 0) return false;
+  return aligned16(a.projected_states_qkvz.data, a.projected_states_qkvz.stride[0], 2) &&
+         aligned16(a.conv_state.data, a.conv_state.stride[0], 2) && L.D % 8 == 0 &&
+         aligned16(a.core_attn_out.data, a.core_attn_out.stride[0], 2) &&
+         device_props(a.projected_states_qkvz.device_index).smem_optin >= chunk_smem_bytes(32);
+}
+
 }  // namespace
 
 Status supports_chunked(const GatedDeltaRuleArgs& a) {
@@ -329,9 +342,31 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
   static_cast<StepParams&>(cp) = step;
   const DType act = a.projected_states_qkvz.dtype;
   return on_device(a.projected_states_qkvz.device_index, [&] {
+    int dev = 0, major = 0, sms = 0;
+    GDN_RETURN_IF_ERROR(device_of(&dev, &major, &sms));
+    plan::AttentionChunkProblem ap;
+    ap.prefills = a.num_prefills;
+    ap.prefill_rows = step.group[0].limit - a.num_decodes;
+    ap.HV = rp.HV;
+    ap.V = rp.V;
+    ap.chunk_ok = n_ns > 0 && attention_chunk_ok(a, L, major);
+    ap.vs64_fits = device_props(dev).smem_optin >= chunk_smem_bytes(64);
+    const plan::AttentionChunkPlan chunk = plan::plan_attention_chunk(ap, major, sms, force);
     rp.early_meta = a.metadata_ready_early && pdl_enabled();
     auto s = static_cast<cudaStream_t>(stream);
     bool one_launch = false;
+    if (chunk.chunk) {  // the long prefills in the chunk kernel, the rest in the two-launch step
+      rp.chunk_from = chunk.from;
+      GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true,
+                                               plan::Override{plan::Path::kStepTwoLaunches}, s, &one_launch));
+      ChunkParams kp;
+      static_cast<RecurrentParams&>(kp) = rp;
+      kp.fused = true;
+      kp.a_dtype = kp.b_dtype = float_code(act);
+      kp.vs = chunk.vs;
+      GDN_RETURN_IF_ERROR(launch_chunk_any(kp, act, a.ssm_state.dtype, s));
+      return launch_conv(cp, act, true, s);
+    }
     GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true, force, s, &one_launch));
     return one_launch ? Status::Ok() : launch_conv(cp, act, true, s);
   });

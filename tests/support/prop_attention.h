@@ -227,6 +227,7 @@ struct MixOptions {
   bool interleave = true;      // random assignment of global rows to groups (each group ascending)
   bool permute_rows = false;   // fully random global row order instead
   bool trailing_empty = false; // a zero-length non-spec and spec sequence at the end (slot -1)
+  std::vector<int64_t> prefill_lens;  // if given: the prefills' lengths (n_prefill ignored)
 };
 
 // A random mixed batch: prefills (incl. 1-token ones, some without initial state), decodes,
@@ -235,9 +236,10 @@ inline void make_mixed_batch(AttnProblem& p, Rng& r, const MixOptions& m) {
   std::vector<AttnSeq> seqs;
   std::vector<int64_t> lens;
   auto add = [&](AttnSeq s, int64_t len) { seqs.push_back(std::move(s)); lens.push_back(len); };
-  for (int64_t i = 0; i < m.n_prefill; ++i) {
+  const int64_t n_prefill = m.prefill_lens.empty() ? m.n_prefill : static_cast<int64_t>(m.prefill_lens.size());
+  for (int64_t i = 0; i < n_prefill; ++i) {
     AttnSeq s; s.has_init = r.coin(0.6);
-    add(s, i == 0 ? 1 : r.randint(2, m.max_prefill));
+    add(s, !m.prefill_lens.empty() ? m.prefill_lens[i] : i == 0 ? 1 : r.randint(2, m.max_prefill));
   }
   for (int64_t i = 0; i < m.n_decode; ++i) add(AttnSeq{}, 1);
   for (int64_t i = 0; i < m.n_pad_ns; ++i) { AttnSeq s; s.slot = -1; add(s, r.randint(1, 4)); }

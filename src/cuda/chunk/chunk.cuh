@@ -7,11 +7,13 @@
 //   H' = exp(G_last) H + k^T diag(exp(G_last - G)) delta.
 // A block is (value-column slice of VS, value head, sequence), two warp groups in a pipeline over
 // the sequence's chunks, two chunks in flight (shared-memory buffers 0 and 1):
-//   producers (warps 0-3, chunk_prep.cuh): what does not depend on the state — the raw inputs,
-//     gates, norms, P, L, T's blocks and [W | U] — for chunk c + 1 while
+//   producers (warps 0-3, chunk_prep.cuh): what does not depend on the state — gates, norms, P, L,
+//     T's blocks and [W | U] — for chunk c + 1 while
 //   consumers (warps 4-7, here): delta, o and the state update of chunk c, with H's slice in
 //     registers (warp w: rows 32w..32w+31, mma accumulators) and its 16-bit copy in shared memory
-//     as the next chunk's operand.
+//     as the next chunk's operand; then they stage chunk c + 2's inputs into c's buffer (the raw q,
+//     k, v, a, b; gdn_attention: the conv of the projections, stage_chunk), which the producers
+//     would otherwise wait for (the producers stage chunks 0 and 1).
 // The l2 norms, beta and the decays are row and column scalings in float32 of products of the raw
 // 16-bit inputs (no normalised copy is stored). T is never formed: producer warp b inverts the
 // 16 x 16 diagonal block D_b = (I + L_bb)^-1 (float32 forward substitution) and forms
@@ -24,7 +26,7 @@
 
 namespace gdn::cuda::chunk {
 
-template <typename TAct, typename TState, int VS>
+template <typename TAct, typename TState, int VS, bool kFused>
 __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p) {
   using L = Layout<VS>;
   constexpr int kLdV = L::kLdV, kNV = VS / 8;  // value n-tiles of 8 columns
@@ -36,24 +38,35 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int v0 = blockIdx.x * VS, hv = blockIdx.y, h = hv / p.r;
   pdl_start();
-  const SeqInfo si = resolve_seq(p, p.group[0], blockIdx.z, false);
-  const int64_t len = si.tr.len, row0 = si.tr.begin;
-  if (len == 0) return;
+  const SeqInfo si = resolve_seq(p, p.group[0], blockIdx.z, kFused);
+  const int64_t len = si.tr.len, lt_begin = si.tr.begin;
+  if (len == 0 || (kFused && len < p.chunk_from)) return;  // fused: a short sequence is the step's
   TAct* o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + v0;
-  if (si.pad) {  // padding: zero outputs, no state read or written
-    for (int64_t e = tid; e < len * (VS / 8); e += kThreads)
-      *reinterpret_cast<uint4*>(o + (row0 + e / (VS / 8)) * p.o_rs + (e % (VS / 8)) * 8) = make_uint4(0, 0, 0, 0);
+  bool pad = si.pad;
+  if constexpr (kFused) {  // a token outside the buffer makes its sequence padding
+    bool bad = false;
+    for (int64_t t = tid; t < len; t += kThreads) bad |= global_row(p.group[0], lt_begin + t, p.src.num_actual_tokens) < 0;
+    pad = __syncthreads_or(bad) || pad;
+  }
+  if (pad) {  // padding: zero outputs, no state read or written
+    for (int64_t e = tid; e < len * (VS / 8); e += kThreads) {
+      const int64_t r = kFused ? global_row(p.group[0], lt_begin + e / (VS / 8), p.src.num_actual_tokens)
+                               : lt_begin + e / (VS / 8);
+      if (r >= 0) *reinterpret_cast<uint4*>(o + r * p.o_rs + (e % (VS / 8)) * 8) = make_uint4(0, 0, 0, 0);
+    }
     return;
   }
   const int64_t nchunks = (len + kC - 1) / kC;
   auto chunk_len = [&](int64_t ci) { return static_cast<int>(len - ci * kC < kC ? len - ci * kC : kC); };
+  const ChunkSrc<TAct> src = chunk_src<TAct>(p, h, hv, v0);
 
   if (warp < 4) {  // producers
     const float A = p.decay_given ? 0.f : -expf(p.A_log(hv)), dtb = p.decay_given ? 0.f : p.dt_bias(hv);
     for (int64_t ci = 0; ci < nchunks; ++ci) {
       const int buf = static_cast<int>(ci & 1);
-      if (ci >= 2) mma::bar_sync(kEmpty + buf, kThreads);  // the consumers are done with chunk ci - 2
-      prep_chunk<TAct, VS>(p, smem, buf, row0 + ci * kC, chunk_len(ci), h, hv, v0, A, dtb, warp, lane, tid);
+      if (ci >= 2) mma::bar_sync(kEmpty + buf, kThreads);  // the consumers staged chunk ci into buf
+      prep_chunk<TAct, VS, kFused>(p, src, smem, buf, lt_begin + ci * kC, chunk_len(ci), ci < 2, ci == 0, si.slot0,
+                                   si.init, A, dtb, warp, lane, tid);
       mma::bar_arrive(kFull + buf, kThreads);
     }
     return;
@@ -97,6 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
     const TAct* sU = s16 + L::kU + buf * kC * kLdV;
     const TAct* sP = s16 + L::kP + buf * kC * kLdL;
     const ChunkVecs cv = chunk_vecs(sf + L::kVec, buf);
+    const int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
     mma::bar_sync(kFull + buf, kThreads);  // the chunk's inputs, and every consumer's H copy
 
     // delta = U - W H and the inter-chunk output q^ H (scaled by exp(G) below), this warp's rows.
@@ -169,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
     for (int r = 0; r < 2; ++r) {
       const int t = ri + 8 * r;
       if (t < n) {
-        TAct* orow = o + (row0 + ci * kC + t) * p.o_rs;
+        TAct* orow = o + (kFused ? crow[t] : lt_begin + ci * kC + t) * p.o_rs;
 #pragma unroll
         for (int nt = 0; nt < kNV; ++nt) st2(orow + 8 * nt + cq, acco[nt][2 * r], acco[nt][2 * r + 1]);
       }
@@ -197,8 +211,13 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
         }
       }
     }
-    if (ci + 2 < nchunks) mma::bar_arrive(kEmpty + buf, kThreads);  // the producers may refill buf
     store_h16();
+    if (ci + 2 < nchunks) {  // chunk ci + 2's inputs into buf, for the producers
+      mma::bar_sync(kCons, kGroupThreads);  // every consumer's reads of buf are done
+      stage_chunk<TAct, VS, kFused>(p, src, smem, buf, lt_begin + (ci + 2) * kC, chunk_len(ci + 2), false, si.slot0,
+                                    si.init, tid - kGroupThreads, kCons);
+      mma::bar_arrive(kEmpty + buf, kThreads);
+    }
   }
 
   // The final state, rounded once.

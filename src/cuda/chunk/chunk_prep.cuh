@@ -1,6 +1,6 @@
 // src/cuda/chunk/chunk_prep.cuh — the chunk kernel's producer group (warps 0-3): everything of a
-// chunk that does not depend on the state. For chunk rows [row, row + n) into buffer buf: the raw
-// q, k, v (cp.async), the gates and norms, P and L (q k^T and k k^T with decays and scalings), the
+// chunk that does not depend on the state. For the chunk's n tokens into buffer buf: the raw q, k,
+// v (cp.async; fused, their causal conv in place), the gates and norms, P and L (q k^T and k k^T with decays and scalings), the
 // diagonal blocks D_b = (I + L_bb)^-1 and M_bm = -D_b L_bm, and [W | U] by block forward
 // substitution (chunk.cuh says the math).
 #pragma once
@@ -8,38 +8,176 @@
 
 namespace gdn::cuda::chunk {
 
-// The raw inputs of the n tokens at `row` into buffer buf (zeros past n), by the 128 producer threads.
+// Block column col of [q | k | v] (fused: its conv channel c, source pointer of row 0).
+template <typename TAct>
+struct ChunkCol {
+  int c;
+  const TAct* src;
+};
+template <typename TAct>
+__device__ __forceinline__ ChunkCol<TAct> chunk_col(const ChunkSrc<TAct>& s, int col) {
+  if (col < kK) return ChunkCol<TAct>{s.chq + col, s.q + col};
+  if (col < 2 * kK) return ChunkCol<TAct>{s.chk + col - kK, s.k + col - kK};
+  return ChunkCol<TAct>{s.chv + col - 2 * kK, s.v + col - 2 * kK};
+}
+
+// Fused: the rows of buffer buf's chunk tokens (then of the W - 1 tokens before it), as staged.
+__device__ __forceinline__ int64_t* chunk_rows(unsigned char* smem, size_t rows_at, int buf) {
+  return reinterpret_cast<int64_t*>(smem + rows_at) + buf * (kC + kHistRows);
+}
+
+// Fused: the causal conv of buffer buf's raw q, k, v in place (docs/contract.md §3; the operations
+// and rounding of the step's conv_chunk, conv_tok.cuh), by the 128 threads gt of one group (barrier
+// `bar`). Items of 2 adjacent channels x 16 tokens: every item's window (the 4 inputs before it,
+// from the tiles or the buffer's conv window rows) is read before any item is written.
 template <typename TAct, int VS>
-__device__ __forceinline__ void issue_chunk(const ChunkParams& p, TAct* s16, int buf, int64_t row, int n, int h,
-                                            int hv, int v0, int tid) {
+__device__ __forceinline__ void conv_tiles(const ChunkParams& p, const ChunkSrc<TAct>& src, TAct* s16, int buf,
+                                           int n, int gt, int bar) {
   using L = Layout<VS>;
+  constexpr int kPairs = L::kNCh / 2, kSeg = 16, kItems = kPairs * (kC / kSeg);
+  constexpr int kRounds = (kItems + kGroupThreads - 1) / kGroupThreads, kWin = kMaxW - 1;
+  const int W = p.conv.W;
+  const TAct* hist = s16 + L::kHist + buf * kHistRows * L::kNCh;
+  auto word = [&](int col, int t) -> uint32_t* {  // channels col, col + 1 of token t
+    TAct* x = col < kK       ? s16 + L::kQ + buf * kC * kLdK + t * kLdK + col
+              : col < 2 * kK ? s16 + L::kKr + buf * kC * kLdK + t * kLdK + col - kK
+                             : s16 + L::kV + buf * kC * L::kLdV + t * L::kLdV + col - 2 * kK;
+    return reinterpret_cast<uint32_t*>(x);
+  };
+  uint32_t win[kRounds][kWin];
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const int item = gt + kGroupThreads * r, col = 2 * (item % kPairs), t0 = kSeg * (item / kPairs);
+#pragma unroll
+    for (int k = 0; k < kWin; ++k) {
+      const int tau = t0 - kWin + k, hr = tau + W - 1;
+      win[r][k] = item >= kItems ? 0u
+                  : tau >= 0     ? *word(col, tau)
+                  : hr >= 0      ? *reinterpret_cast<const uint32_t*>(hist + hr * L::kNCh + col)
+                                 : 0u;
+    }
+  }
+  mma::bar_sync(bar, kGroupThreads);
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const int item = gt + kGroupThreads * r, col = 2 * (item % kPairs), t0 = kSeg * (item / kPairs);
+    if (item >= kItems || t0 >= n) continue;
+    float w[2][kMaxW], bias[2], a[2][kWin];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = chunk_col(src, col + e).c;
+      const TAct* wc = static_cast<const TAct*>(p.conv.weight) + static_cast<int64_t>(c) * p.conv.weight_rs;
+#pragma unroll
+      for (int k = 0; k < kMaxW; ++k) w[e][k] = k >= kMaxW - W ? to_float(wc[k - (kMaxW - W)]) : 0.f;
+      bias[e] = p.conv.bias ? to_float(static_cast<const TAct*>(p.conv.bias)[c]) : 0.f;
+#pragma unroll
+      for (int k = 0; k < kWin; ++k) a[e][k] = to_float(reinterpret_cast<const TAct*>(&win[r][k])[e]);
+    }
+    uint32_t xw[kSeg];
+#pragma unroll
+    for (int t = 0; t < kSeg; ++t) xw[t] = t0 + t < n ? *word(col, t0 + t) : 0u;
+#pragma unroll
+    for (int t = 0; t < kSeg; ++t) {
+      float y[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float x = to_float(reinterpret_cast<const TAct*>(&xw[t])[e]);
+        float acc = bias[e];
+#pragma unroll
+        for (int k = 0; k < kWin; ++k)
+          if (k >= kMaxW - W) acc += w[e][k] * a[e][k];
+        acc += w[e][kMaxW - 1] * x;
+#pragma unroll
+        for (int k = 0; k + 1 < kWin; ++k) a[e][k] = a[e][k + 1];
+        a[e][kWin - 1] = x;
+        y[e] = p.conv.silu ? silu(acc) : acc;
+      }
+      if (t0 + t < n) *word(col, t0 + t) = mma::pack2<TAct>(y[0], y[1]);
+    }
+  }
+}
+
+// The inputs of the chunk's n tokens (local tokens lt0..) into buffer buf, by the 128 threads gt of
+// one group (barrier `bar`): q, k, v (cp.async, zeros past n) and the gate inputs a, b (as floats in
+// the buffer's G and beta, which prep_chunk turns into the gates); fused, first the tokens' rows
+// (kept for the consumers' outputs), then also the conv inputs of the W - 1 tokens before the chunk
+// (the sequence's conv window for its first chunk: pool slot `slot0`, zeros without initial state)
+// and the conv in place. Ends with the group's barrier.
+template <typename TAct, int VS, bool kFused>
+__device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc<TAct>& src, unsigned char* smem,
+                                            int buf, int64_t lt0, int n, bool first, int64_t slot0, bool init,
+                                            int gt, int bar) {
+  using L = Layout<VS>;
+  TAct* s16 = reinterpret_cast<TAct*>(smem);
+  int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
+  int64_t* hrow = crow + kC;
+  const int W = p.conv.W;
+  if constexpr (kFused) {
+    if (gt < kC) crow[gt] = gt < n ? token_row(p, lt0 + gt) : 0;
+    else if (gt < kC + kHistRows) hrow[gt - kC] = !first && gt - kC < W - 1 ? token_row(p, lt0 - (W - 1) + gt - kC) : 0;
+    mma::bar_sync(bar, kGroupThreads);
+  }
+  auto row = [&](int t) -> int64_t {
+    if constexpr (kFused) return crow[t];
+    else return lt0 + t;
+  };
   TAct* dq = s16 + L::kQ + buf * kC * kLdK;
   TAct* dk = s16 + L::kKr + buf * kC * kLdK;
   TAct* dv = s16 + L::kV + buf * kC * L::kLdV;
-  for (int e = tid; e < kC * (kK / 8); e += kGroupThreads) {
+  for (int e = gt; e < kC * (kK / 8); e += kGroupThreads) {
     const int t = e / (kK / 8), s = e % (kK / 8);
     const bool ok = t < n;
-    const int64_t r = row + (ok ? t : 0);
-    mma::cp_async16(dq + t * kLdK + s * 8, q_row<TAct>(p, r, h) + s * 8, ok);
-    mma::cp_async16(dk + t * kLdK + s * 8, k_row<TAct>(p, r, h) + s * 8, ok);
+    const int64_t r = row(ok ? t : 0);
+    mma::cp_async16(dq + t * kLdK + s * 8, src.q + r * src.q_rs + s * 8, ok);
+    mma::cp_async16(dk + t * kLdK + s * 8, src.k + r * src.k_rs + s * 8, ok);
   }
-  for (int e = tid; e < kC * (VS / 8); e += kGroupThreads) {
+  for (int e = gt; e < kC * (VS / 8); e += kGroupThreads) {
     const int t = e / (VS / 8), s = e % (VS / 8);
     const bool ok = t < n;
-    const int64_t r = row + (ok ? t : 0);
-    const TAct* src = static_cast<const TAct*>(p.src.v) + r * p.src.v_rs + static_cast<int64_t>(hv) * p.V + v0 + s * 8;
-    mma::cp_async16(dv + t * L::kLdV + s * 8, src, ok);
+    mma::cp_async16(dv + t * L::kLdV + s * 8, src.v + row(ok ? t : 0) * src.v_rs + s * 8, ok);
+  }
+  if constexpr (kFused) {
+    TAct* hist = s16 + L::kHist + buf * kHistRows * L::kNCh;
+    const TAct* pool = static_cast<const TAct*>(p.conv.state) + slot0 * p.conv.slot_stride;
+    for (int e = gt; e < kHistRows * (L::kNCh / 8); e += kGroupThreads) {
+      const int j = e / (L::kNCh / 8), col = 8 * (e % (L::kNCh / 8));
+      const ChunkCol<TAct> cc = chunk_col(src, col);
+      const bool ok = j < W - 1 && (!first || init);
+      const TAct* from = first ? pool + static_cast<int64_t>(j) * p.conv.D + cc.c : cc.src + hrow[j] * src.q_rs;
+      mma::cp_async16(hist + j * L::kNCh + col, ok ? from : pool, ok);
+    }
   }
   mma::cp_async_commit();
+  uint32_t ra = 0u, rb = 0u;
+  if (gt < kC) {
+    const int64_t r = row(gt < n ? gt : 0);
+    ra = load_raw(src.a, p.a_dtype, r * src.a_rs + src.a_off, gt < n);
+    rb = load_raw(src.b, p.b_dtype, r * src.b_rs + src.b_off, gt < n);
+  }
+  mma::cp_async_wait_all();
+  if (gt < kC) {
+    const ChunkVecs cvv = chunk_vecs(reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2) + L::kVec, buf);
+    cvv.G[gt] = raw_float(ra, p.a_dtype);
+    cvv.beta[gt] = raw_float(rb, p.b_dtype);
+  }
+  mma::bar_sync(bar, kGroupThreads);
+  if constexpr (kFused) {
+    conv_tiles<TAct, VS>(p, src, s16, buf, n, gt, bar);
+    mma::bar_sync(bar, kGroupThreads);
+  }
 }
 
 // The (row block, column block) tiles of P and L each producer warp computes: 10 tiles, 3/3/2/2
 // (code 4 b + m; -1: none).
 __constant__ const int8_t kTiles[4][3] = {{12, 13, 0}, {14, 15, 5}, {8, 9, -1}, {10, 4, -1}};
 
-template <typename TAct, int VS>
-__device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* smem, int buf, int64_t row, int n,
-                                           int h, int hv, int v0, float A, float dtb, int w, int lane, int tid) {
+// What the chunk in buffer buf needs beside the state: the gates (from the staged a, b), norms, P,
+// L, T's diagonal blocks and [W | U]; the producers stage the inputs themselves where `stage` (the
+// first two chunks; the consumers stage the later ones).
+template <typename TAct, int VS, bool kFused>
+__device__ __forceinline__ void prep_chunk(const ChunkParams& p, const ChunkSrc<TAct>& src, unsigned char* smem,
+                                           int buf, int64_t lt0, int n, bool stage, bool first, int64_t slot0,
+                                           bool init, float A, float dtb, int w, int lane, int tid) {
   using L = Layout<VS>;
   constexpr int kLdV = L::kLdV, kNV = VS / 8;
   constexpr int kNT = kK / 8 + kNV, kNTW = kNT / 4;  // column tiles of [W | U], per warp
@@ -57,27 +195,14 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
   const ChunkVecs cvv = chunk_vecs(sf + L::kVec, buf);
   const int gq = lane >> 2, cq2 = 2 * (lane & 3);
 
-  // Inputs: q, k, v asynchronously; warp 0 loads the gate inputs of tokens 2 lane, 2 lane + 1.
-  issue_chunk<TAct, VS>(p, s16, buf, row, n, h, hv, v0, tid);
-  uint32_t ra[2] = {0u, 0u}, rb[2] = {0u, 0u};
-  if (w == 0) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int t = 2 * lane + j;
-      const int64_t r = row + (t < n ? t : 0);
-      ra[j] = load_raw(p.src.a, p.a_dtype, r * p.src.a_rs + hv, t < n);
-      rb[j] = load_raw(p.src.b, p.b_dtype, r * p.src.b_rs + hv, t < n);
-    }
-  }
-  mma::cp_async_wait_all();
-  mma::bar_sync(kProd, kGroupThreads);
+  if (stage) stage_chunk<TAct, VS, kFused>(p, src, smem, buf, lt0, n, first, slot0, init, tid, kProd);
   // Gates (warp 0: an inclusive scan of the log decays) and norms (thread t: q row t, or k row t - 64).
   if (w == 0) {
     float g[2], b[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const bool ok = 2 * lane + j < n;
-      const float av = raw_float(ra[j], p.a_dtype), bv = raw_float(rb[j], p.b_dtype);
+      const float av = cvv.G[2 * lane + j], bv = cvv.beta[2 * lane + j];
       g[j] = !ok ? 0.f : p.decay_given ? av : A * rules::softplus(av + dtb);
       b[j] = !ok ? 0.f : p.beta_given ? bv : 1.f / (1.f + expf(-bv));
     }

@@ -81,6 +81,9 @@ struct RecurrentParams : StepParams {
   int H = 0, HV = 0, K = 0, V = 0, r = 1;
   float scale = 1.f;
   bool early_meta = false;  // the register kernels read the metadata before pdl_start() (metadata_ready_early)
+  // gdn_attention with the chunk kernel beside its step: the non-spec sequences of at least
+  // chunk_from tokens are the chunk kernel's, and the two-launch step skips them.
+  int64_t chunk_from = INT64_MAX;
 };
 // The primitive op's tokens (both groups' local token bounds), and whether a batch of nseq sequences
 // has on average 2 or more of them per sequence (verify-like: the planner's problem, launch.cuh).

@@ -223,6 +223,26 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
   return pl;
 }
 
+AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_major, int sms, Override force) {
+  AttentionChunkPlan pl;
+  const Tuning& t = tuning_for(cc_major);
+  if (!p.chunk_ok || p.prefills <= 0 || p.prefill_rows < t.chunk_min_tokens) return pl;
+  if (force.path != Path::kAuto && !is_chunk_path(force.path)) return pl;
+  ChunkProblem cp;
+  cp.nseq = p.prefills;
+  cp.tokens = p.prefill_rows;
+  cp.HV = p.HV;
+  cp.V = p.V;
+  cp.chunk_ok = true;
+  cp.vs64_fits = p.vs64_fits;
+  cp.chunk_only = true;  // the length test is the device's, per sequence
+  const ChunkPlan c = plan_chunked(cp, cc_major, sms, force);
+  pl.chunk = c.chunk;
+  pl.vs = c.vs;
+  pl.from = t.chunk_min_tokens;
+  return pl;
+}
+
 Plan plan_launch(const Problem& p, int cc_major, const Facts& facts, Override force) {
   const Ctx c{p, facts, tuning_for(cc_major), facts.sms() > 0 ? facts.sms() : 1};
   Path f = force.path;

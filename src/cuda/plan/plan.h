@@ -122,6 +122,24 @@ struct ChunkPlan {
 };
 ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override force = {});
 
+// gdn_attention: whether its prefills take the chunk kernel beside the step (which then runs in two
+// launches): where the kernel can run and a prefill may reach chunk_min_tokens tokens (the batch's
+// non-spec token rows beyond one per decode). On the device, each non-spec sequence of at least
+// `from` tokens is the chunk kernel's, the others the step's. A forced step path keeps every
+// sequence in the step; a forced chunk path (value split) takes the prefills that can.
+struct AttentionChunkProblem {
+  int64_t prefills = 0, prefill_rows = 0;  // num_prefills; non-spec token rows minus num_decodes
+  int HV = 0, V = 0;
+  bool chunk_ok = false;  // as ChunkProblem, for the projections, the conv pool and core_attn_out
+  bool vs64_fits = true;
+};
+struct AttentionChunkPlan {
+  bool chunk = false;
+  int vs = 32;
+  int64_t from = 0;  // chunk kernel: non-spec sequences of at least this many tokens
+};
+AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_major, int sms, Override force = {});
+
 // Batch-size comparisons scaled by the device's SM count against the table's reference card.
 inline bool at_least(int64_t work, int threshold, const Tuning& t, int sms) {
   return work * t.ref_sms >= int64_t{threshold} * sms;

@@ -1,0 +1,206 @@
+// gdn_attention's long prefills in the CUDA chunk kernel (src/cuda/chunk/, fused inputs: the conv of
+// the projections in shared memory), the rest of the batch in the two-launch step.
+//   CudaAttentionChunk.MixedBatchEqualsTheCpu: prefills of lengths 1, 31, 32, 63, 64, 65, 129, 300
+//     and 1000 (one of them padding: slot -1; one on the null slot), decodes, ragged verify
+//     sequences and padding ones, token rows interleaved between the groups (token_indx), graph-padded
+//     rows; both verify conv layouts; K = V = 128, head ratio 2; bf16 and fp16 activations, float32
+//     and bf16 state; the planner's choice and each value split forced. Against the CPU backend:
+//     core_attn_out per sequence and the SSM state per slot within rel L2 1e-2, padding rows zero,
+//     graph-padded rows untouched, z and the conv pool bit-exact (copies of inputs), slots no
+//     sequence names bit-exact.
+//   CudaAttentionChunk.IdenticalBytesRunAfterRun: the same call twice, every output bit for bit.
+//   CudaAttentionChunk.PromptSplitAcrossCalls: a 300-token prompt in one call and in two (130 tokens
+//     without initial state, then 170 with it): the same conv pool bytes, outputs and final state
+//     within rel L2 1e-2.
+// Tolerance: as tests/test_cuda_chunk.cpp (products in the 16-bit activation dtype, float32
+// accumulation: about 3e-3 measured against the float32 recurrence).
+#include "prop_attention.h"
+
+namespace gdn::prop {
+namespace {
+
+using cuda::plan::Path;
+constexpr double kTol = 1e-2;
+
+struct Case {
+  DType act, ssm;
+  SpecConvLayout layout;
+  Path path;
+};
+std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+  const Case& c = i.param;
+  return std::string("act") + dtype_short(c.act) + "_ssm" + dtype_short(c.ssm) +
+         (c.layout == SpecConvLayout::kPerToken ? "_per_token_" : "_rolling_") + cuda::plan::path_name(c.path);
+}
+
+AttnProblem make_problem(DType act, DType ssm, SpecConvLayout layout, Rng& r) {
+  AttnProblem p;
+  p.H = 1; p.HV = 2; p.K = 128; p.V = 128; p.W = 4; p.cols = 3;
+  p.act = act;
+  p.ssm_dtype = ssm;
+  p.conv_layout = layout;
+  MixOptions m;
+  m.prefill_lens = {1, 31, 32, 63, 64, 65, 129, 300, 1000};
+  m.n_decode = 2;
+  m.n_spec = 3;
+  make_mixed_batch(p, r, m);
+  int64_t null_slot = -1;
+  for (AttnSeq& s : p.seqs) {
+    if (s.spec) continue;
+    if (s.rows.size() == 65) s.slot = -1;                        // a long padding sequence
+    if (s.rows.size() == 129) null_slot = s.slot;                // a long sequence on the null slot
+    if (s.rows.size() == 300) s.has_init = false;
+    if (s.rows.size() == 1000) s.has_init = true;
+  }
+  p.null_id = null_slot;
+  build_meta(p);
+  fill_attention_data(p, r);
+  return p;
+}
+
+std::vector<Range> row_ranges(const AttnProblem& p, const std::vector<int64_t>& rows) {
+  std::vector<Range> v;
+  for (int64_t row : rows) v.push_back({row * p.HV * p.V, p.HV * p.V});
+  return v;
+}
+
+void expect_like_cpu(const AttnProblem& got, const Buf& core_g, const Buf& z_g, const AttnProblem& ref,
+                     const Buf& core_r, const Buf& z_r) {
+  const int64_t row = got.HV * got.V, slot_elems = got.HV * got.K * got.V;
+  std::vector<bool> named(got.num_slots, false);
+  for (const AttnSeq& s : got.seqs) {
+    if (s.rows.empty()) continue;
+    const std::vector<Range> rr = row_ranges(got, s.rows);
+    const bool pad = s.spec ? s.cols[0] < 0 : s.slot < 0 || (got.null_id && s.slot == *got.null_id);
+    SCOPED_TRACE(::testing::Message() << (s.spec ? "verify" : "non-spec") << " sequence of " << s.rows.size()
+                                      << " tokens" << (pad ? " (padding)" : ""));
+    if (pad) {
+      for (const Range& g : rr) EXPECT_EQ(bit_diff(core_g, g.start, core_r, g.start, g.count), "");
+      continue;
+    }
+    EXPECT_LE(rel_l2(core_g, core_r, rr, rr), kTol) << "core_attn_out rows";
+    if (!s.spec) {
+      named[s.slot] = true;
+      const std::vector<Range> sr = {{s.slot * slot_elems, slot_elems}};
+      EXPECT_LE(rel_l2(got.ssm_pool, ref.ssm_pool, sr, sr), kTol) << "final state";
+    } else {
+      for (int64_t c : s.cols)
+        if (c >= 0) named[c] = true;
+    }
+  }
+  for (int64_t slot = 0; slot < got.num_slots; ++slot)
+    if (!named[slot])
+      EXPECT_EQ(bit_diff(got.ssm_pool, slot * slot_elems, ref.ssm_pool, slot * slot_elems, slot_elems), "")
+          << "slot " << slot << ", named by no sequence (or the null slot)";
+  // Verify states (columns) are the step's, against the CPU within the tolerance.
+  EXPECT_LE(rel_l2(got.ssm_pool, ref.ssm_pool), kTol) << "ssm_state pool";
+  EXPECT_EQ(bit_diff(core_g, got.num_actual * row, core_r, got.num_actual * row,
+                     (got.rows_alloc - got.num_actual) * row),
+            "")
+      << "graph-padded rows of core_attn_out";
+  EXPECT_EQ(byte_diff(z_g, z_r), "") << "z";
+  EXPECT_EQ(byte_diff(got.conv_pool, ref.conv_pool), "") << "conv_state pool";
+  EXPECT_TRUE(core_g.canaries_ok() && z_g.canaries_ok() && got.conv_pool.canaries_ok() && got.ssm_pool.canaries_ok())
+      << "write outside a buffer";
+}
+
+class CudaAttentionChunk : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaAttentionChunk, MixedBatchEqualsTheCpu) {
+  const Case& c = GetParam();
+  const Backend cuda(Backend::kCUDA, c.path);
+  PROP_SKIP_IF_UNAVAILABLE(cuda);
+  Rng r(71);
+  AttnProblem p = make_problem(c.act, c.ssm, c.layout, r);
+  SCOPED_TRACE(describe(p));
+  AttnProblem pc = p, pr = p;
+  Buf core_c, z_c, core_r, z_r;
+  make_outputs(p, &core_c, &z_c, 0);
+  make_outputs(p, &core_r, &z_r, 0);
+  PROP_ASSERT_OK(run_attention(cuda, pc, core_c, z_c));
+  PROP_ASSERT_OK(run_attention(Backend::kCPU, pr, core_r, z_r));
+  expect_like_cpu(pc, core_c, z_c, pr, core_r, z_r);
+}
+
+TEST_P(CudaAttentionChunk, IdenticalBytesRunAfterRun) {
+  const Case& c = GetParam();
+  const Backend cuda(Backend::kCUDA, c.path);
+  PROP_SKIP_IF_UNAVAILABLE(cuda);
+  Rng r(72);
+  AttnProblem p = make_problem(c.act, c.ssm, c.layout, r);
+  AttnProblem pa = p, pb = p;
+  Buf core_a, z_a, core_b, z_b;
+  make_outputs(p, &core_a, &z_a, 1);
+  make_outputs(p, &core_b, &z_b, 1);
+  PROP_ASSERT_OK(run_attention(cuda, pa, core_a, z_a));
+  PROP_ASSERT_OK(run_attention(cuda, pb, core_b, z_b));
+  EXPECT_EQ(byte_diff(core_a, core_b), "");
+  EXPECT_EQ(byte_diff(z_a, z_b), "");
+  EXPECT_EQ(byte_diff(pa.conv_pool, pb.conv_pool), "");
+  EXPECT_EQ(byte_diff(pa.ssm_pool, pb.ssm_pool), "");
+}
+
+// One prefill of n tokens (rows `first`.. of `full`'s projections) on slot 1 of pools `from`.
+AttnProblem one_prefill(const AttnProblem& full, int64_t first, int64_t n, bool init) {
+  AttnProblem p = full;
+  AttnSeq s;
+  s.slot = 1;
+  s.has_init = init;
+  for (int64_t t = 0; t < n; ++t) s.rows.push_back(t);
+  p.seqs = {s};
+  p.num_actual = p.rows_alloc = n;
+  build_meta(p);
+  p.qkvz = Buf(full.qkvz.dtype(), {n, full.qkvz_width()});
+  p.ba = Buf(full.ba.dtype(), {n, 2 * full.HV});
+  for (int64_t e = 0; e < n * full.qkvz_width(); ++e) p.qkvz.set_bits(e, full.qkvz.bits(first * full.qkvz_width() + e));
+  for (int64_t e = 0; e < n * 2 * full.HV; ++e) p.ba.set_bits(e, full.ba.bits(first * 2 * full.HV + e));
+  return p;
+}
+
+TEST(CudaAttentionChunkSplit, PromptSplitAcrossCalls) {
+  const Backend cuda(Backend::kCUDA);
+  PROP_SKIP_IF_UNAVAILABLE(cuda);
+  Rng r(73);
+  AttnProblem base;
+  base.H = 1; base.HV = 2; base.K = 128; base.V = 128; base.W = 4;
+  base.num_slots = 3;
+  base.seqs = {AttnSeq{}};
+  base.rows_alloc = base.num_actual = 300;
+  for (int64_t t = 0; t < 300; ++t) base.seqs[0].rows.push_back(t);
+  base.seqs[0].slot = 1;
+  build_meta(base);
+  fill_attention_data(base, r);
+  AttnProblem whole = one_prefill(base, 0, 300, false);
+  AttnProblem first = one_prefill(base, 0, 130, false);
+  Buf core_w, z_w, core_1, z_1, core_2, z_2;
+  make_outputs(whole, &core_w, &z_w, 0);
+  make_outputs(first, &core_1, &z_1, 0);
+  PROP_ASSERT_OK(run_attention(cuda, whole, core_w, z_w));
+  PROP_ASSERT_OK(run_attention(cuda, first, core_1, z_1));
+  AttnProblem second = one_prefill(base, 130, 170, true);
+  second.conv_pool = first.conv_pool;
+  second.ssm_pool = first.ssm_pool;
+  make_outputs(second, &core_2, &z_2, 0);
+  PROP_ASSERT_OK(run_attention(cuda, second, core_2, z_2));
+  EXPECT_EQ(byte_diff(second.conv_pool, whole.conv_pool), "") << "conv pool after the prompt";
+  EXPECT_LE(rel_l2(second.ssm_pool, whole.ssm_pool), kTol) << "state after the prompt";
+  const int64_t row = base.HV * base.V;
+  EXPECT_LE(rel_l2(core_1, core_w, {{0, 130 * row}}, {{0, 130 * row}}), kTol) << "outputs of the first piece";
+  EXPECT_LE(rel_l2(core_2, core_w, {{0, 170 * row}}, {{130 * row, 170 * row}}), kTol) << "outputs of the second piece";
+  EXPECT_EQ(bit_diff(z_2, 0, z_w, 130 * row, 170 * row), "") << "z of the second piece";
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  for (Path path : {Path::kAuto, Path::kChunk32, Path::kChunk64})
+    for (SpecConvLayout layout : {SpecConvLayout::kRolling, SpecConvLayout::kPerToken})
+      for (auto dt : {std::pair<DType, DType>{DType::kBFloat16, DType::kFloat32},
+                      std::pair<DType, DType>{DType::kBFloat16, DType::kBFloat16},
+                      std::pair<DType, DType>{DType::kFloat16, DType::kFloat32}})
+        v.push_back({dt.first, dt.second, layout, path});
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Prop, CudaAttentionChunk, ::testing::ValuesIn(cases()), case_name);
+
+}  // namespace
+}  // namespace gdn::prop
