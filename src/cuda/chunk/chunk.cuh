@@ -12,8 +12,8 @@
 //   consumers (warps 4-7, here): delta, o and the state update of chunk c, with H's slice in
 //     registers (warp w: rows 32w..32w+31, mma accumulators) and its 16-bit copy in shared memory
 //     as the next chunk's operand; then they stage chunk c + 2's inputs into c's buffer (the raw q,
-//     k, v, a, b; gdn_attention: the conv of the projections, stage_chunk), which the producers
-//     would otherwise wait for (the producers stage chunks 0 and 1).
+//     k, v, a, b; gdn_attention: the conv of the projections, stage_chunk), so that the producers,
+//     the longer chain, never wait for a load (the consumers stage chunks 0 and 1 first).
 // The l2 norms, beta and the decays are row and column scalings in float32 of products of the raw
 // 16-bit inputs (no normalised copy is stored). T is never formed: producer warp b inverts the
 // 16 x 16 diagonal block D_b = (I + L_bb)^-1 (float32 forward substitution) and forms
@@ -64,13 +64,18 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
     const float A = p.decay_given ? 0.f : -expf(p.A_log(hv)), dtb = p.decay_given ? 0.f : p.dt_bias(hv);
     for (int64_t ci = 0; ci < nchunks; ++ci) {
       const int buf = static_cast<int>(ci & 1);
-      if (ci >= 2) mma::bar_sync(kEmpty + buf, kThreads);  // the consumers staged chunk ci into buf
-      prep_chunk<TAct, VS, kFused>(p, src, smem, buf, lt_begin + ci * kC, chunk_len(ci), ci < 2, ci == 0, si.slot0,
-                                   si.init, A, dtb, warp, lane, tid);
+      mma::bar_sync(kEmpty + buf, kThreads);  // the consumers staged chunk ci into buf
+      prep_chunk<TAct, VS>(p, smem, buf, chunk_len(ci), A, dtb, warp, lane, tid);
       mma::bar_arrive(kFull + buf, kThreads);
     }
     return;
   }
+  // Consumers: chunk ci's inputs into buffer ci & 1, for the producers.
+  auto stage = [&](int64_t ci) {
+    stage_chunk<TAct, VS, kFused>(p, src, smem, static_cast<int>(ci & 1), lt_begin + ci * kC, chunk_len(ci), ci == 0,
+                                  si.slot0, si.init, tid - kGroupThreads, kCons);
+    mma::bar_arrive(kEmpty + (ci & 1), kThreads);
+  };
 
   // Consumers: warp w owns token rows 16 w.. of a chunk and rows 32 w.. of H.
   const int w = warp - 4;
@@ -102,7 +107,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
   };
   store_h16();
 
-  for (int64_t ci = 0; ci < nchunks; ++ci) {
+  // Chunk ci: delta, o and the state update.
+  auto consume = [&](int64_t ci) {
     const int buf = static_cast<int>(ci & 1), n = chunk_len(ci);
     const TAct* cqp = s16 + L::kQ + buf * kC * kLdK;
     const TAct* ckp = s16 + L::kKr + buf * kC * kLdK;
@@ -212,11 +218,13 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
       }
     }
     store_h16();
-    if (ci + 2 < nchunks) {  // chunk ci + 2's inputs into buf, for the producers
-      mma::bar_sync(kCons, kGroupThreads);  // every consumer's reads of buf are done
-      stage_chunk<TAct, VS, kFused>(p, src, smem, buf, lt_begin + (ci + 2) * kC, chunk_len(ci + 2), false, si.slot0,
-                                    si.init, tid - kGroupThreads, kCons);
-      mma::bar_arrive(kEmpty + buf, kThreads);
+  };
+  // Iteration ci: chunk ci (from 0), then chunk ci + 2's inputs into its buffer.
+  for (int64_t ci = -2; ci < nchunks; ++ci) {
+    if (ci >= 0) consume(ci);
+    if (ci + 2 < nchunks) {
+      if (ci >= 0) mma::bar_sync(kCons, kGroupThreads);  // every consumer's reads of the buffer are done
+      stage(ci + 2);
     }
   }
 

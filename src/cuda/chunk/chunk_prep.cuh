@@ -26,42 +26,45 @@ __device__ __forceinline__ int64_t* chunk_rows(unsigned char* smem, size_t rows_
   return reinterpret_cast<int64_t*>(smem + rows_at) + buf * (kC + kHistRows);
 }
 
-// Fused: the causal conv of buffer buf's raw q, k, v in place (docs/contract.md §3; the operations
-// and rounding of the step's conv_chunk, conv_tok.cuh), by the 128 threads gt of one group (barrier
-// `bar`). Items of 2 adjacent channels x 16 tokens: every item's window (the 4 inputs before it,
-// from the tiles or the buffer's conv window rows) is read before any item is written.
+// Fused: the causal conv of buffer buf's raw q, k, v in place (docs/contract.md §3: the taps summed
+// in the order of the step's conv_chunk, conv_tok.cuh, silu with the fast exponential and division,
+// rounded to TAct), by the 128 threads gt of one group (barrier `bar`). Items of 2 adjacent channels
+// x 16 tokens; every item's window (the 4 inputs before it, from the tiles or the buffer's conv
+// window rows) is copied into the buffer's W tile (free until the producers prepare this chunk)
+// before any item is written.
 template <typename TAct, int VS>
 __device__ __forceinline__ void conv_tiles(const ChunkParams& p, const ChunkSrc<TAct>& src, TAct* s16, int buf,
                                            int n, int gt, int bar) {
   using L = Layout<VS>;
-  constexpr int kPairs = L::kNCh / 2, kSeg = 16, kItems = kPairs * (kC / kSeg);
-  constexpr int kRounds = (kItems + kGroupThreads - 1) / kGroupThreads, kWin = kMaxW - 1;
+  constexpr int kPairs = L::kNCh / 2, kSeg = 16, kItems = kPairs * (kC / kSeg), kWin = kMaxW - 1;
+  static_assert(kItems * kWin * 4 <= kC * kLdK * 2, "the windows fit the W tile");
   const int W = p.conv.W;
   const TAct* hist = s16 + L::kHist + buf * kHistRows * L::kNCh;
+  uint4* wins = reinterpret_cast<uint4*>(s16 + L::kW + buf * kC * kLdK);
   auto word = [&](int col, int t) -> uint32_t* {  // channels col, col + 1 of token t
     TAct* x = col < kK       ? s16 + L::kQ + buf * kC * kLdK + t * kLdK + col
               : col < 2 * kK ? s16 + L::kKr + buf * kC * kLdK + t * kLdK + col - kK
                              : s16 + L::kV + buf * kC * L::kLdV + t * L::kLdV + col - 2 * kK;
     return reinterpret_cast<uint32_t*>(x);
   };
-  uint32_t win[kRounds][kWin];
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int item = gt + kGroupThreads * r, col = 2 * (item % kPairs), t0 = kSeg * (item / kPairs);
+#pragma unroll 1
+  for (int item = gt; item < kItems; item += kGroupThreads) {
+    const int col = 2 * (item % kPairs), t0 = kSeg * (item / kPairs);
+    uint32_t v[kWin];
 #pragma unroll
     for (int k = 0; k < kWin; ++k) {
       const int tau = t0 - kWin + k, hr = tau + W - 1;
-      win[r][k] = item >= kItems ? 0u
-                  : tau >= 0     ? *word(col, tau)
-                  : hr >= 0      ? *reinterpret_cast<const uint32_t*>(hist + hr * L::kNCh + col)
-                                 : 0u;
+      v[k] = tau >= 0 ? *word(col, tau) : hr >= 0 ? *reinterpret_cast<const uint32_t*>(hist + hr * L::kNCh + col) : 0u;
     }
+    wins[item] = make_uint4(v[0], v[1], v[2], v[3]);
   }
   mma::bar_sync(bar, kGroupThreads);
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int item = gt + kGroupThreads * r, col = 2 * (item % kPairs), t0 = kSeg * (item / kPairs);
-    if (item >= kItems || t0 >= n) continue;
+#pragma unroll 1
+  for (int item = gt; item < kItems; item += kGroupThreads) {
+    const int col = 2 * (item % kPairs), t0 = kSeg * (item / kPairs);
+    if (t0 >= n) continue;
+    const uint4 wv = wins[item];
+    const uint32_t wu[kWin] = {wv.x, wv.y, wv.z, wv.w};
     float w[2][kMaxW], bias[2], a[2][kWin];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -71,7 +74,7 @@ __device__ __forceinline__ void conv_tiles(const ChunkParams& p, const ChunkSrc<
       for (int k = 0; k < kMaxW; ++k) w[e][k] = k >= kMaxW - W ? to_float(wc[k - (kMaxW - W)]) : 0.f;
       bias[e] = p.conv.bias ? to_float(static_cast<const TAct*>(p.conv.bias)[c]) : 0.f;
 #pragma unroll
-      for (int k = 0; k < kWin; ++k) a[e][k] = to_float(reinterpret_cast<const TAct*>(&win[r][k])[e]);
+      for (int k = 0; k < kWin; ++k) a[e][k] = to_float(reinterpret_cast<const TAct*>(&wu[k])[e]);
     }
     uint32_t xw[kSeg];
 #pragma unroll
@@ -90,7 +93,7 @@ __device__ __forceinline__ void conv_tiles(const ChunkParams& p, const ChunkSrc<
 #pragma unroll
         for (int k = 0; k + 1 < kWin; ++k) a[e][k] = a[e][k + 1];
         a[e][kWin - 1] = x;
-        y[e] = p.conv.silu ? silu(acc) : acc;
+        y[e] = p.conv.silu ? __fdividef(acc, 1.f + __expf(-acc)) : acc;  // silu (rounded to TAct below)
       }
       if (t0 + t < n) *word(col, t0 + t) = mma::pack2<TAct>(y[0], y[1]);
     }
@@ -171,13 +174,11 @@ __device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc
 // (code 4 b + m; -1: none).
 __constant__ const int8_t kTiles[4][3] = {{12, 13, 0}, {14, 15, 5}, {8, 9, -1}, {10, 4, -1}};
 
-// What the chunk in buffer buf needs beside the state: the gates (from the staged a, b), norms, P,
-// L, T's diagonal blocks and [W | U]; the producers stage the inputs themselves where `stage` (the
-// first two chunks; the consumers stage the later ones).
-template <typename TAct, int VS, bool kFused>
-__device__ __forceinline__ void prep_chunk(const ChunkParams& p, const ChunkSrc<TAct>& src, unsigned char* smem,
-                                           int buf, int64_t lt0, int n, bool stage, bool first, int64_t slot0,
-                                           bool init, float A, float dtb, int w, int lane, int tid) {
+// What the chunk in buffer buf needs beside the state, from its staged inputs: the gates, norms, P,
+// L, T's diagonal blocks and [W | U].
+template <typename TAct, int VS>
+__device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* smem, int buf, int n, float A,
+                                           float dtb, int w, int lane, int tid) {
   using L = Layout<VS>;
   constexpr int kLdV = L::kLdV, kNV = VS / 8;
   constexpr int kNT = kK / 8 + kNV, kNTW = kNT / 4;  // column tiles of [W | U], per warp
@@ -195,7 +196,6 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, const ChunkSrc<
   const ChunkVecs cvv = chunk_vecs(sf + L::kVec, buf);
   const int gq = lane >> 2, cq2 = 2 * (lane & 3);
 
-  if (stage) stage_chunk<TAct, VS, kFused>(p, src, smem, buf, lt0, n, first, slot0, init, tid, kProd);
   // Gates (warp 0: an inclusive scan of the log decays) and norms (thread t: q row t, or k row t - 64).
   if (w == 0) {
     float g[2], b[2];
