@@ -49,6 +49,12 @@ void usage(FILE* f) {
       "  --max-running N --token-budget N --prefill-chunk N\n"
       "  --deferred            deferred-commit verify: one state slot per request, the step's tokens\n"
       "                        logged and replayed at the next commit (CPU)\n"
+      "  --tree N              with --deferred: token-tree drafts of up to N nodes (depth <= num-spec):\n"
+      "                        the draft model's top-B tokens at each of the first L levels, its top-1\n"
+      "                        below, best rank paths first; verified in one sequence, the longest\n"
+      "                        matching root-to-node path accepted and replayed (n-gram: chains)\n"
+      "  --tree-branch B       candidates per node at the branching levels (default 2; 1 = a chain)\n"
+      "  --tree-levels L       levels that branch (default 2)\n"
       "  --no-pad              do not pad decode-only steps like CUDA-graph replays\n"
       "  --no-check-metadata   skip gdn::check_metadata before each call\n"
       "  --device cpu|cuda     where gdn_attention, the pools and the metadata live; with cuda the\n"
@@ -143,7 +149,8 @@ int cmd_demo(int argc, char** argv) {
              {"--requests", &cfg.requests},         {"--arrival-gap", &cfg.arrival_gap},
              {"--num-spec", &cfg.num_spec},         {"--max-running", &cfg.max_running},
              {"--token-budget", &cfg.token_budget}, {"--prefill-chunk", &cfg.prefill_chunk},
-             {"--threads", &cfg.threads}}) {
+             {"--threads", &cfg.threads},           {"--tree", &cfg.tree},
+             {"--tree-branch", &cfg.tree_branch},   {"--tree-levels", &cfg.tree_levels}}) {
       if (!r) r = int_flag(name, field);
     }
     if (!r) r = int_flag("--seed", &cfg.seed);

@@ -12,6 +12,14 @@ int64_t next_pow2(int64_t n) {
   return p;
 }
 
+// One row of an accepted path: the item's path (or rows 0, 1, ...), then -1 (ends a replay).
+void push_path(const std::vector<int32_t>& path, int64_t path_cols, std::vector<int32_t>* out) {
+  for (int64_t c = 0; c < path_cols; ++c) {
+    const size_t k = static_cast<size_t>(c);
+    out->push_back(path.empty() ? static_cast<int32_t>(c) : k < path.size() ? path[k] : -1);
+  }
+}
+
 }  // namespace
 
 const char* to_string(ItemKind k) {
@@ -24,10 +32,12 @@ const char* to_string(ItemKind k) {
 }
 
 Batch build_batch(const std::vector<Item>& items, const std::function<const std::vector<int32_t>&(int)>& slots,
-                  int64_t cols, const PadOptions& pad, BatchLayout* layout, bool deferred) {
+                  int64_t cols, const PadOptions& pad, BatchLayout* layout, bool deferred, int64_t path_cols) {
   Batch b;
   b.cols = cols;
   b.deferred = deferred;
+  b.path_cols = deferred ? path_cols : 0;
+  const std::vector<int32_t> kNoPath;
   layout->first_row.assign(items.size(), 0);
   layout->pad_rows = layout->pad_sequences = 0;
   int32_t row = 0;
@@ -50,6 +60,7 @@ Batch build_batch(const std::vector<Item>& items, const std::function<const std:
       b.ns_slots.push_back(slots(it.req)[0]);
       b.ns_has_init.push_back(it.has_init ? 1 : 0);
       b.ns_replay.push_back(kind == ItemKind::kDecode ? it.replay : 0);
+      if (b.path_cols > 0) push_path(kind == ItemKind::kDecode ? it.path : kNoPath, b.path_cols, &b.ns_path);
       (kind == ItemKind::kDecode ? b.num_decodes : b.num_prefills) += 1;
     }
   }
@@ -62,6 +73,11 @@ Batch build_batch(const std::vector<Item>& items, const std::function<const std:
     const std::vector<int32_t>& row_slots = slots(it.req);
     for (int64_t c = 0; c < cols; ++c) b.sp_slots.push_back(row_slots[c]);
     b.sp_accepted.push_back(deferred ? it.replay : it.accepted);
+    if (b.path_cols > 0) {
+      for (size_t t = 0; t < it.tokens.size(); ++t)
+        b.sp_parents.push_back(it.parents.empty() ? static_cast<int32_t>(t) - 1 : it.parents.at(t));
+      push_path(it.path, b.path_cols, &b.sp_path);
+    }
   }
 
   b.rows = b.num_actual_tokens;
@@ -73,6 +89,7 @@ Batch build_batch(const std::vector<Item>& items, const std::function<const std:
       b.sp_qsl.push_back(b.sp_qsl.back());
       for (int64_t c = 0; c < cols; ++c) b.sp_slots.push_back(-1);
       b.sp_accepted.push_back(1);
+      if (b.path_cols > 0) push_path(kNoPath, b.path_cols, &b.sp_path);
       ++layout->pad_sequences;
     }
   }
@@ -82,6 +99,7 @@ Batch build_batch(const std::vector<Item>& items, const std::function<const std:
       b.ns_slots.push_back(-1);
       b.ns_has_init.push_back(1);
       b.ns_replay.push_back(0);
+      if (b.path_cols > 0) push_path(kNoPath, b.path_cols, &b.ns_path);
       ++b.num_decodes;
       ++layout->pad_sequences;
     }

@@ -33,6 +33,9 @@ struct Item {
   int32_t accepted = 1;         // verify: num_accepted_tokens
   int32_t replay = 0;           // deferred commit: logged tokens to replay first (docs/contract.md §7)
   bool last_piece = false;      // prefill: the piece that completes the prompt
+  // Token trees (deferred; tree.h): verify: per token its local parent (-1 for token 0; empty: a
+  // chain); verify and decode: the log rows to replay, in order (empty: rows 0, 1, ...).
+  std::vector<int32_t> parents, path;
 };
 
 struct PadOptions {
@@ -49,9 +52,11 @@ struct BatchLayout {
 // are real); the non-spec group lists plain decodes first, then prefill pieces (the vLLM order).
 // `slots(req)` is the request's block-table row (at least `cols` entries). deferred: one slot per
 // request (cols 1), replay counts from the items (verify: num_accepted_tokens; decodes:
-// non_spec_num_accepted_tokens; prefill pieces: 0).
+// non_spec_num_accepted_tokens; prefill pieces: 0). path_cols > 0 (deferred, token trees): the
+// spec tokens' parents and both groups' accepted paths, rows of path_cols (the logs' log_cols).
 Batch build_batch(const std::vector<Item>& items, const std::function<const std::vector<int32_t>&(int)>& slots,
-                  int64_t cols, const PadOptions& pad, BatchLayout* layout, bool deferred = false);
+                  int64_t cols, const PadOptions& pad, BatchLayout* layout, bool deferred = false,
+                  int64_t path_cols = 0);
 
 // Global rows whose logits a step needs: every verify row, every decode row, and the last row of a
 // prompt's last piece; `owner` receives (item index, token index within the item) per row.

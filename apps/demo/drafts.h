@@ -6,12 +6,16 @@
 // so after acceptance its committed state sits in the same column as the target's. To propose k
 // tokens it copies that committed state into a private scratch slot (rolling window rows
 // a-1..a+W-3 -> rows 0..W-2) and decodes k tokens there greedily, leaving the block row intact.
+// For a token tree (tree.h) it expands the tree level by level the same way: every node that has
+// children is decoded in a scratch slot holding its parent's state (a copy per extra branch), and
+// its children get its top candidates by rank. The engine then mirrors only the accepted path.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <vector>
 
 #include "demo/batch.h"
+#include "demo/tree.h"
 
 namespace gdn::demo {
 
@@ -33,9 +37,11 @@ struct DraftStats {
 
 class DraftModel {
  public:
+  // `scratch`: scratch slots per request (1 for linear drafts; a tree's expansion width).
   Status init(const Weights& weights, Device device, int64_t max_requests, int64_t cols, const PadOptions& pad,
-              bool check_metadata);
-  bool start(int req);  // a block row + a scratch slot; false when the pool is full
+              bool check_metadata, int64_t scratch = 1);
+  bool start(int req);  // a block row + the scratch slots; false when the pool is full
+  int64_t slots_per_request() const { return cols_ + scratch_; }
   void finish(int req);
   bool tracks(int req) const { return rows_.count(req) != 0; }
 
@@ -43,6 +49,9 @@ class DraftModel {
   Status mirror(const std::vector<Item>& items);
   // Greedy proposals: (*out)[i] gets reqs[i].k tokens.
   Status propose(const std::vector<DraftRequest>& reqs, std::vector<std::vector<int32_t>>* out);
+  // Token trees: (*out)[i][j] = the token of node j of *shapes[i] (its depth <= reqs[i].k).
+  Status propose_tree(const std::vector<DraftRequest>& reqs, const std::vector<const TreeShape*>& shapes,
+                      std::vector<std::vector<int32_t>>* out);
 
   const DraftStats& stats() const { return stats_; }
   const SlotPool& pool() const { return pool_; }
@@ -52,9 +61,9 @@ class DraftModel {
   Weights weights_;
   ModelRunner runner_;
   SlotPool pool_;
-  int64_t cols_ = 1;
+  int64_t cols_ = 1, scratch_ = 1;
   PadOptions pad_;
-  std::map<int, std::vector<int32_t>> rows_;  // req -> block row (cols) + scratch slot
+  std::map<int, std::vector<int32_t>> rows_;  // req -> block row (cols) + scratch slots
   DraftStats stats_;
 };
 

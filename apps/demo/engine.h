@@ -9,6 +9,14 @@
 // acceptance commits the accepted drafts and the bonus token and feeds num_accepted_tokens to the
 // next step; finished requests give their slots back. With num_spec = 0 it is a plain greedy
 // engine (the lossless reference).
+//
+// Token trees (deferred only, tree.h): a decoding request drafts a tree instead of a chain (the
+// draft model's top candidates; the n-gram proposer still drafts a chain), verified as one spec
+// sequence with spec_token_parents: the target's greedy token at every node, the longest
+// root-to-node path whose tokens are those choices accepted (plus the bonus token), and exactly
+// that path's log rows replayed at the next step (spec / non_spec_accepted_path). The chain part
+// of a tree (its first num_spec nodes) always fits the token budget; nodes past it are scheduled
+// after the prefill pieces with what is left, trimmed from the back of the node order otherwise.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -45,6 +53,7 @@ struct EngineOptions {
                                 // num_accepted_tokens = m instead of m + 1 (a bookkeeping bug)
   bool deferred = false;        // deferred commit (docs/contract.md §7, CPU): one slot per request
                                 // and logs instead of a slot per draft column
+  TreeRule tree;                // deferred: token-tree drafts when tree.nodes > 0 (depth <= num_spec)
 };
 
 struct EngineStats {
@@ -59,6 +68,9 @@ struct EngineStats {
   // Target model, all layers: SSM state bytes gdn_attention wrote (a state per sequence, and per
   // verify token below the block-table width in the per-token mode) and log bytes (deferred).
   int64_t state_bytes = 0, log_bytes = 0;
+  // Token trees: drafted nodes verified, nodes trimmed for the token budget, verify steps whose
+  // accepted path left the draft's top-1 chain (a token only the tree had).
+  int64_t tree_nodes = 0, tree_trimmed = 0, off_chain = 0;
 };
 
 class Engine {
@@ -91,6 +103,8 @@ class Engine {
     int32_t accepted = 1;         // num_accepted_tokens for the next verify
     int32_t replay = 0;           // deferred: logged tokens the next step replays
     std::vector<int32_t> drafts;  // this step's proposals
+    std::vector<int32_t> parents; // trees: per draft its parent's local index (0 = the root token)
+    std::vector<int32_t> path;    // trees: the log rows the next step replays (the accepted path)
   };
   void admit();
   Status propose();
@@ -100,9 +114,13 @@ class Engine {
   void finish(Live& r);
   void count_writes(const std::vector<Item>& items);
   int64_t slots_per_request() const;
+  bool tree() const { return opt_.tree.nodes > 0; }
+  void commit_tree(const Item& it, const std::vector<int32_t>& g, Live& r);
+  std::vector<Item> accepted_paths(const std::vector<Item>& items) const;
 
   EngineOptions opt_;
-  int64_t cols_ = 1;
+  int64_t cols_ = 1, log_cols_ = 1;
+  std::vector<TreeShape> shapes_;  // trees: the template for k drafts at shapes_[k - 1]
   const Weights* target_ = nullptr;
   ModelRunner runner_;
   SlotPool pool_;

@@ -32,8 +32,17 @@ std::string proposers_line(const DemoConfig& c) {
   else if (c.proposer == "ngram") s = ngram + " on every request";
   else if (c.proposer == "mixed") s = draft + " on even requests, " + ngram + " on odd ones";
   else s = "none (plain decoding on both sides)";
+  if (c.tree > 0 && c.proposer != "none") {
+    s += "; token trees of up to " + std::to_string(c.tree) + " nodes (draft model: top-" +
+         std::to_string(c.tree_branch) + " at levels 1.." + std::to_string(c.tree_levels) +
+         ", top-1 below; n-gram: chains)";
+  }
   if (c.corrupt > 0) s += "; drafts corrupted with p = " + fmt("%.3g", c.corrupt);
   return s + "; greedy acceptance";
+}
+
+double per_step(int64_t bytes, const EngineStats& e) {
+  return static_cast<double>(bytes) / static_cast<double>(std::max<int64_t>(1, e.steps));
 }
 
 }  // namespace
@@ -69,7 +78,9 @@ std::string summary_table(const DemoConfig& c, const DemoResult& r) {
   s << "  requests   " << r.requests.size() << " (prompts " << pmin << ".." << pmax << " tokens, " << gmin << ".."
     << gmax << " new tokens, arriving over steps 0.." << last_arrival << ")\n";
   s << "  engine     up to " << c.max_running << " running, " << c.token_budget << "-token steps, prefill chunks of "
-    << c.prefill_chunk << ", " << (c.deferred ? std::string("1 slot (deferred commit)") : "1 + " + std::to_string(c.num_spec) + " slots")
+    << c.prefill_chunk << ", "
+    << (c.deferred ? std::string(c.tree > 0 ? "1 slot (deferred commit, token trees)" : "1 slot (deferred commit)")
+                   : "1 + " + std::to_string(c.num_spec) + " slots")
     << " per request (pool " << r.spec_pool_slots << ", peak "
     << r.spec_pool_peak << ", " << r.spec_pool_allocations << " rows allocated, " << r.spec_pool_releases
     << " freed)\n";
@@ -83,10 +94,14 @@ std::string summary_table(const DemoConfig& c, const DemoResult& r) {
   s << row("seconds (target / drafting)", fmt("%.3f", a.target_seconds) + " / " + fmt("%.3f", a.draft_seconds),
            fmt("%.3f", b.target_seconds));
   s << row("mean accepted length", fmt("%.2f", mean_accepted_length(a)), fmt("%.2f", mean_accepted_length(b)));
-  auto per_step = [](int64_t bytes, const EngineStats& e) { return fmt("%.1f KB", bytes / 1024.0 / std::max<int64_t>(1, e.steps)); };
+  auto kb = [](int64_t bytes, const EngineStats& e) { return fmt("%.1f KB", per_step(bytes, e) / 1024.0); };
   s << row(c.deferred ? "state + log written per step" : "state written per step",
-           per_step(a.state_bytes, a) + (c.deferred ? " + " + per_step(a.log_bytes, a) : std::string()),
-           per_step(b.state_bytes, b));
+           kb(a.state_bytes, a) + (c.deferred ? " + " + kb(a.log_bytes, a) : std::string()), kb(b.state_bytes, b));
+  if (c.tree > 0) {
+    s << row("tree nodes per verify", fmt("%.2f", ratio(a.tree_nodes, a.verifies)), "-");
+    s << row("paths off the top-1 chain", std::to_string(a.off_chain) + " of " + std::to_string(a.verifies), "-");
+    s << row("nodes trimmed (token budget)", std::to_string(a.tree_trimmed), "-");
+  }
   if (c.device == Device::kCPU && tokens_per_second(a) < tokens_per_second(b)) {
     s << "  (on the CPU a step costs in proportion to its tokens and the draft model is as large as the\n"
          "   target, so speculation saves engine steps here, not time; on a GPU a decode step costs about\n"
@@ -97,7 +112,7 @@ std::string summary_table(const DemoConfig& c, const DemoResult& r) {
     << a.verifies << " (" << a.verify_tokens << " tokens), largest batch " << a.max_batch_tokens << " tokens\n";
   s << "    padded like CUDA-graph replays: " << a.padded_steps << " steps, " << a.pad_rows << " pad rows, "
     << a.pad_sequences << " pad sequences (slot -1)\n";
-  s << "\n  acceptance per draft position:";
+  s << (c.tree > 0 ? "\n  acceptance per tree depth:    " : "\n  acceptance per draft position:");
   if (a.proposed_at.empty()) s << " (no speculation)";
   for (size_t j = 0; j < a.proposed_at.size(); ++j) {
     s << "  " << j + 1 << ": " << fmt("%.2f", ratio(a.accepted_at[j], a.proposed_at[j])) << " ("
@@ -135,7 +150,12 @@ nlohmann::json summary_json(const DemoConfig& c, const DemoResult& r) {
                 {"pad_rows", s.pad_rows},
                 {"pad_sequences", s.pad_sequences},
                 {"state_bytes_written", s.state_bytes},
-                {"log_bytes_written", s.log_bytes}};
+                {"log_bytes_written", s.log_bytes},
+                {"state_bytes_per_step", per_step(s.state_bytes, s)},
+                {"log_bytes_per_step", per_step(s.log_bytes, s)},
+                {"tree_nodes", s.tree_nodes},
+                {"tree_nodes_trimmed", s.tree_trimmed},
+                {"off_chain_paths", s.off_chain}};
   };
   const EngineStats& a = r.spec;
   json per_pos = json::array();
@@ -152,6 +172,14 @@ nlohmann::json summary_json(const DemoConfig& c, const DemoResult& r) {
          {"requests", r.requests.size()},
          {"num_spec", c.num_spec},
          {"verify_commit", c.deferred ? "deferred" : "per_token"},
+         {"drafts", c.tree > 0 ? "tree" : "chain"},
+         {"tree",
+          {{"nodes", c.tree},
+           {"branch", c.tree_branch},
+           {"levels", c.tree_levels},
+           {"nodes_per_verify", ratio(a.tree_nodes, a.verifies)},
+           {"off_chain_paths", a.off_chain},
+           {"nodes_trimmed", a.tree_trimmed}}},
          {"proposer", c.proposer},
          {"draft_noise", c.draft_noise},
          {"corrupt", c.corrupt},

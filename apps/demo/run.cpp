@@ -61,6 +61,16 @@ Status check_config(const DemoConfig& c) {
   if (c.corrupt < 0 || c.corrupt > 1) return Status::Error("--corrupt must be in [0, 1], got " + std::to_string(c.corrupt));
   if (c.draft_noise < 0) return Status::Error("--draft-noise must be >= 0, got " + std::to_string(c.draft_noise));
   if (c.arrival_gap < 0) return Status::Error("--arrival-gap must be >= 0, got " + str(c.arrival_gap));
+  if (c.tree < 0 || c.tree > 64) return Status::Error("--tree must be in [0, 64], got " + str(c.tree));
+  if (c.tree_branch < 1 || c.tree_branch > 8) {
+    return Status::Error("--tree-branch must be in [1, 8], got " + str(c.tree_branch));
+  }
+  if (c.tree_levels < 0 || c.tree_levels > 16) {
+    return Status::Error("--tree-levels must be in [0, 16], got " + str(c.tree_levels));
+  }
+  if (c.tree > 0 && !c.deferred) {
+    return Status::Error("--tree needs --deferred (token trees are a deferred-commit mode)");
+  }
   return Status::Ok();
 }
 
@@ -119,9 +129,11 @@ Status run_demo(const DemoConfig& cfg, DemoResult* res, const ProgressFn& progre
   so.seed = cfg.seed;
   so.inject_fault = cfg.inject_fault;
   so.deferred = cfg.deferred;
+  so.tree = TreeRule{cfg.tree, cfg.tree_branch, cfg.tree_levels};
   EngineOptions po = so;  // the reference: plain greedy decoding, same scheduler and chunks
   po.num_spec = 0;
   po.deferred = false;
+  po.tree = TreeRule();
   std::vector<RequestSpec> plain_reqs = res->requests;
   for (auto& r : plain_reqs) r.proposer = ProposerKind::kNone;
 

@@ -209,6 +209,23 @@ Status ModelRunner::attention(size_t l, const Batch& b) {
     if (nn > 0) {
       GDN_RETURN_IF_ERROR(index_view(b.ns_replay, DType::kInt32, {nn}, dev, &d_ns_replay_, &a.non_spec_num_accepted_tokens));
     }
+    if (b.path_cols > 0) {  // token trees: parents of the spec tokens, accepted paths of both groups
+      if (b.path_cols != LC) {
+        return Status::Error("demo runner: accepted paths of " + str(b.path_cols) + " columns, the logs have " +
+                             str(LC));
+      }
+      if (nn > 0) {
+        GDN_RETURN_IF_ERROR(
+            index_view(b.ns_path, DType::kInt32, {nn, LC}, dev, &d_ns_path_, &a.non_spec_accepted_path));
+      }
+      if (ns > 0) {
+        GDN_RETURN_IF_ERROR(index_view(b.sp_path, DType::kInt32, {ns, LC}, dev, &d_sp_path_, &a.spec_accepted_path));
+        if (!b.sp_parents.empty()) {
+          GDN_RETURN_IF_ERROR(index_view(b.sp_parents, DType::kInt32, {static_cast<int64_t>(b.sp_parents.size())}, dev,
+                                         &d_sp_parents_, &a.spec_token_parents));
+        }
+      }
+    }
   }
 
   if (opt_.check_metadata) {

@@ -37,6 +37,10 @@ struct Batch {
   // Deferred commit (docs/contract.md §7): one slot per sequence, replay counts of the non-spec group.
   bool deferred = false;
   std::vector<int32_t> ns_replay;      // [n]
+  // Token trees (deferred): path_cols > 0 passes spec_token_parents and the accepted paths.
+  int64_t path_cols = 0;
+  std::vector<int32_t> sp_parents;     // [spec tokens] local parent within the sequence, -1 = root
+  std::vector<int32_t> sp_path, ns_path;  // [n, path_cols] log rows to replay, in order
 
   int64_t num_non_spec() const { return static_cast<int64_t>(ns_slots.size()); }
   int64_t num_spec() const { return static_cast<int64_t>(sp_accepted.size()); }
@@ -48,7 +52,7 @@ struct RunnerOptions {
   int64_t cols = 1;              // block-table width: conv rows = W - 2 + cols (at least W - 1)
   bool check_metadata = false;   // call gdn::check_metadata before every gdn_attention
   bool deferred = false;         // deferred commit: the logs below, one slot per sequence (cols 1)
-  int64_t log_cols = 1;          // deferred: tokens a step may log (1 + drafts)
+  int64_t log_cols = 1;          // deferred: tokens a step may log (1 + drafts, or a tree's 1 + nodes)
 };
 
 struct RunnerStats {
@@ -91,6 +95,7 @@ class ModelRunner {
   // Device copies (CUDA only): projections, outputs and metadata.
   Buffer d_qkvz_, d_ba_, d_core_, d_z_;
   Buffer d_ns_qsl_, d_ns_indx_, d_ns_slots_, d_ns_init_, d_sp_qsl_, d_sp_indx_, d_sp_slots_, d_sp_acc_, d_ns_replay_;
+  Buffer d_sp_parents_, d_sp_path_, d_ns_path_;
 };
 
 }  // namespace gdn::demo
