@@ -4,7 +4,9 @@
 // Per op there is a functional form that allocates its output (y or o, zero-filled so rows no
 // sequence covers are deterministic) and an `_out` form that writes a caller's buffer and returns
 // nothing (CUDA-graph buffers; y may alias x in eager mode). gdn_attention writes core_attn_out and
-// z in place, with vllm-xpu-kernels' argument list plus a trailing `null_block_id=None`.
+// z in place, with vllm-xpu-kernels' argument list plus trailing `null_block_id=None` and
+// `spec_conv_layout="per_token"`. The recurrent op and gdn_attention take the deferred-commit logs and
+// token trees (docs/contract.md §7) as keyword-only arguments after all of those (None: off).
 // Mutated tensors are annotated (Tensor(a!)) so torch.compile functionalizes the calls; the fake
 // (shape-only) implementations live in python/gdn_kernels/_fake.py. No autograd: inference only.
 //
@@ -135,12 +137,25 @@ void causal_conv1d_update_out_op(Tensor& y, const Tensor& x, const Tensor& weigh
 constexpr const char* kRecurrent = "gated_delta_rule_recurrent";
 constexpr const char* kChunked = "gated_delta_rule_chunked";
 
+// The recurrent op's deferred-commit arguments (docs/contract.md §7); all absent for the chunked op.
+struct GdrDeferred {
+  const Opt<Tensor>* verify_log = nullptr;
+  const Opt<Tensor>* verify_log_out = nullptr;
+  bool log_tokens = true;
+  const Opt<Tensor>* token_parents = nullptr;
+  const Opt<Tensor>* accepted_path = nullptr;
+};
+TensorView opt_view(const Opt<Tensor>* t, const char* op, const char* name) {
+  return t ? to_view(*t, op, name) : TensorView();
+}
+
 void gated_delta_rule_into(bool chunked, const Tensor& o, const Tensor& q, const Tensor& k, const Tensor& v,
                            const Tensor& a_raw, const Tensor& b_raw, const Opt<Tensor>& A_log, const Opt<Tensor>& dt_bias,
                            const Tensor& ssm_state, const Tensor& query_start_loc, const Tensor& state_indices,
                            const Opt<Tensor>& num_accepted_tokens, const Opt<Tensor>& has_initial_state,
                            const Opt<double>& scale, const std::string& state_layout,
-                           const Opt<int64_t>& null_block_id, bool qk_l2norm, bool beta_sigmoid) {
+                           const Opt<int64_t>& null_block_id, bool qk_l2norm, bool beta_sigmoid,
+                           const GdrDeferred& deferred = {}) {
   const char* op = chunked ? kChunked : kRecurrent;
   GatedDeltaRuleArgs a;
   a.q = to_view(q, op, "q");
@@ -161,6 +176,11 @@ void gated_delta_rule_into(bool chunked, const Tensor& o, const Tensor& q, const
   a.null_block_id = opt_int(null_block_id);
   a.qk_l2norm = qk_l2norm;
   a.beta_sigmoid = beta_sigmoid;
+  a.verify_log = opt_view(deferred.verify_log, op, "verify_log");
+  a.verify_log_out = opt_view(deferred.verify_log_out, op, "verify_log_out");
+  a.log_tokens = deferred.log_tokens;
+  a.token_parents = opt_view(deferred.token_parents, op, "token_parents");
+  a.accepted_path = opt_view(deferred.accepted_path, op, "accepted_path");
   void* stream = current_stream(q.device());
   check(chunked ? gdn::gated_delta_rule_chunked(a, stream) : gdn::gated_delta_rule_recurrent(a, stream));
 }
@@ -169,11 +189,14 @@ Tensor gated_delta_rule_recurrent_op(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& b, const Opt<Tensor>& A_log, const Opt<Tensor>& dt_bias, Tensor& ssm_state,
                                      const Tensor& query_start_loc, const Tensor& state_indices,
                                      const Opt<Tensor>& num_accepted_tokens, const Opt<Tensor>& has_initial_state,
-                                     Opt<double> scale, std::string state_layout, Opt<int64_t> null_block_id, bool qk_l2norm, bool beta_sigmoid) {
+                                     Opt<double> scale, std::string state_layout, Opt<int64_t> null_block_id, bool qk_l2norm, bool beta_sigmoid,
+                                     const Opt<Tensor>& verify_log, const Opt<Tensor>& verify_log_out, bool log_tokens,
+                                     const Opt<Tensor>& token_parents, const Opt<Tensor>& accepted_path) {
   c10::OptionalDeviceGuard guard(at::device_of(q));
   Tensor o = zeros_o(q, v);
   gated_delta_rule_into(false, o, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices,
-                        num_accepted_tokens, has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid);
+                        num_accepted_tokens, has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid,
+                        {&verify_log, &verify_log_out, log_tokens, &token_parents, &accepted_path});
   return o;
 }
 
@@ -182,10 +205,13 @@ void gated_delta_rule_recurrent_out_op(Tensor& o, const Tensor& q, const Tensor&
                                        Tensor& ssm_state, const Tensor& query_start_loc,
                                        const Tensor& state_indices, const Opt<Tensor>& num_accepted_tokens,
                                        const Opt<Tensor>& has_initial_state, Opt<double> scale,
-                                       std::string state_layout, Opt<int64_t> null_block_id, bool qk_l2norm, bool beta_sigmoid) {
+                                       std::string state_layout, Opt<int64_t> null_block_id, bool qk_l2norm, bool beta_sigmoid,
+                                       const Opt<Tensor>& verify_log, const Opt<Tensor>& verify_log_out, bool log_tokens,
+                                       const Opt<Tensor>& token_parents, const Opt<Tensor>& accepted_path) {
   c10::OptionalDeviceGuard guard(at::device_of(q));
   gated_delta_rule_into(false, o, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices,
-                        num_accepted_tokens, has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid);
+                        num_accepted_tokens, has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid,
+                        {&verify_log, &verify_log_out, log_tokens, &token_parents, &accepted_path});
 }
 
 Tensor gated_delta_rule_chunked_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
@@ -223,7 +249,11 @@ void gdn_attention_op(Tensor& core_attn_out, Tensor& z, const Tensor& projected_
                       const Opt<Tensor>& non_spec_state_indices_tensor, const Opt<Tensor>& spec_query_start_loc,
                       const Opt<Tensor>& spec_token_indx, const Opt<Tensor>& spec_state_indices_tensor,
                       const Opt<Tensor>& num_accepted_tokens, int64_t num_actual_tokens, int64_t tp_size,
-                      bool reorder_input, Opt<int64_t> null_block_id, std::string spec_conv_layout) {
+                      bool reorder_input, Opt<int64_t> null_block_id, std::string spec_conv_layout,
+                      const Opt<Tensor>& verify_log, const Opt<Tensor>& verify_log_out, const Opt<Tensor>& conv_log,
+                      const Opt<Tensor>& conv_log_out, const Opt<Tensor>& non_spec_num_accepted_tokens,
+                      const Opt<Tensor>& spec_accepted_path, const Opt<Tensor>& non_spec_accepted_path,
+                      const Opt<Tensor>& spec_token_parents) {
   c10::OptionalDeviceGuard guard(at::device_of(projected_states_qkvz));
   const char* op = kAttention;
   GdnAttentionArgs a;
@@ -258,6 +288,14 @@ void gdn_attention_op(Tensor& core_attn_out, Tensor& z, const Tensor& projected_
   a.reorder_input = reorder_input;
   a.null_block_id = opt_int(null_block_id);
   check(parse_spec_conv_layout(spec_conv_layout, &a.spec_conv_layout), op);
+  a.verify_log = to_view(verify_log, op, "verify_log");
+  a.verify_log_out = to_view(verify_log_out, op, "verify_log_out");
+  a.conv_log = to_view(conv_log, op, "conv_log");
+  a.conv_log_out = to_view(conv_log_out, op, "conv_log_out");
+  a.non_spec_num_accepted_tokens = to_view(non_spec_num_accepted_tokens, op, "non_spec_num_accepted_tokens");
+  a.spec_accepted_path = to_view(spec_accepted_path, op, "spec_accepted_path");
+  a.non_spec_accepted_path = to_view(non_spec_accepted_path, op, "non_spec_accepted_path");
+  a.spec_token_parents = to_view(spec_token_parents, op, "spec_token_parents");
   check(gdn::gdn_attention(a, current_stream(projected_states_qkvz.device())));
 }
 
@@ -277,6 +315,10 @@ void gdn_attention_op(Tensor& core_attn_out, Tensor& z, const Tensor& projected_
 #define GDN_GDR_TAIL_ARGS \
   "Tensor? has_initial_state=None, float? scale=None, str state_layout=\"vk\", int? null_block_id=None, " \
   "bool qk_l2norm=True, bool beta_sigmoid=True"
+// The recurrent op's deferred-commit mode and token trees (docs/contract.md §7), keyword-only.
+#define GDN_GDR_DEFERRED_ARGS                                                                           \
+  ", *, Tensor? verify_log=None, Tensor(l!)? verify_log_out=None, bool log_tokens=True, "              \
+  "Tensor? token_parents=None, Tensor? accepted_path=None"
 
 constexpr const char* kSchemas[] = {
     "causal_conv1d_fwd(" GDN_CONV_FWD_ARGS ") -> Tensor",
@@ -284,13 +326,14 @@ constexpr const char* kSchemas[] = {
     "causal_conv1d_update(" GDN_CONV_UPDATE_ARGS ") -> Tensor",
     "causal_conv1d_update_out(Tensor(y!) y, " GDN_CONV_UPDATE_ARGS ") -> ()",
     "gated_delta_rule_recurrent(" GDN_GDR_HEAD_ARGS "Tensor? num_accepted_tokens=None, " GDN_GDR_TAIL_ARGS
-    ") -> Tensor",
+    GDN_GDR_DEFERRED_ARGS ") -> Tensor",
     "gated_delta_rule_recurrent_out(Tensor(o!) o, " GDN_GDR_HEAD_ARGS
-    "Tensor? num_accepted_tokens=None, " GDN_GDR_TAIL_ARGS ") -> ()",
+    "Tensor? num_accepted_tokens=None, " GDN_GDR_TAIL_ARGS GDN_GDR_DEFERRED_ARGS ") -> ()",
     "gated_delta_rule_chunked(" GDN_GDR_HEAD_ARGS GDN_GDR_TAIL_ARGS ") -> Tensor",
     "gated_delta_rule_chunked_out(Tensor(o!) o, " GDN_GDR_HEAD_ARGS GDN_GDR_TAIL_ARGS ") -> ()",
     // vllm-xpu-kernels' argument list, unchanged, plus the trailing null_block_id and spec_conv_layout
-    // (per_token, that call site's layout, by default).
+    // (per_token, that call site's layout, by default), then keyword-only the deferred-commit logs and
+    // token trees (docs/contract.md §7).
     "gdn_attention(Tensor(a!) core_attn_out, Tensor(b!) z, Tensor projected_states_qkvz, "
     "Tensor projected_states_ba, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim, "
     "Tensor(c!) conv_state, Tensor(d!) ssm_state, Tensor conv_weights, Tensor? conv_bias, str activation, "
@@ -298,13 +341,17 @@ constexpr const char* kSchemas[] = {
     "Tensor? has_initial_state, Tensor? non_spec_query_start_loc, Tensor? non_spec_token_indx, "
     "Tensor? non_spec_state_indices_tensor, Tensor? spec_query_start_loc, Tensor? spec_token_indx, "
     "Tensor? spec_state_indices_tensor, Tensor? num_accepted_tokens, int num_actual_tokens, int tp_size, "
-    "bool reorder_input, int? null_block_id=None, str spec_conv_layout=\"per_token\") -> ()",
+    "bool reorder_input, int? null_block_id=None, str spec_conv_layout=\"per_token\", *, "
+    "Tensor? verify_log=None, Tensor(e!)? verify_log_out=None, Tensor? conv_log=None, "
+    "Tensor(f!)? conv_log_out=None, Tensor? non_spec_num_accepted_tokens=None, Tensor? spec_accepted_path=None, "
+    "Tensor? non_spec_accepted_path=None, Tensor? spec_token_parents=None) -> ()",
 };
 
 #undef GDN_CONV_FWD_ARGS
 #undef GDN_CONV_UPDATE_ARGS
 #undef GDN_GDR_HEAD_ARGS
 #undef GDN_GDR_TAIL_ARGS
+#undef GDN_GDR_DEFERRED_ARGS
 
 void register_impls(torch::Library& m) {
   m.impl("causal_conv1d_fwd", &causal_conv1d_fwd_op);

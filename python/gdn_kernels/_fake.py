@@ -7,7 +7,9 @@ registered and ``register_fakes`` returns None.
 
 Outputs match the real ops: ``y`` is ``[T, D]`` like ``x``, ``o`` is ``[T, HV, V]`` with the dtype
 of ``q``, both contiguous; the ``_out`` ops and ``gdn_attention`` return nothing (they mutate
-arguments, which the schemas declare).
+arguments, which the schemas declare). The keyword-only deferred-commit arguments of the recurrent
+ops and ``gdn_attention`` (``verify_log_out``, ``conv_log_out`` written in place) change no output
+shape; the ``_out`` forms and ``gdn_attention`` accept them through ``**kwargs``.
 """
 
 import torch
@@ -27,7 +29,9 @@ def causal_conv1d_update(x, weight, bias, conv_state, query_start_loc, state_ind
 
 def gated_delta_rule_recurrent(q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices,
                                num_accepted_tokens=None, has_initial_state=None, scale=None, state_layout="vk",
-                               null_block_id=None, qk_l2norm=True, beta_sigmoid=True):
+                               null_block_id=None, qk_l2norm=True, beta_sigmoid=True, *, verify_log=None,
+                               verify_log_out=None, log_tokens=True, token_parents=None, accepted_path=None):
+    # The deferred-commit mode (verify_log ...) writes verify_log_out in place: the output is the same.
     return q.new_empty((q.shape[0], v.shape[1], v.shape[2]))
 
 

@@ -14,9 +14,11 @@ can call gdn-kernels instead:
 * returns ``(o, final_state)``: ``o`` ``[B, T, HV, V]`` in the dtype of ``v``, ``final_state``
   float32 like ``initial_state``'s layout when ``output_final_state``, else None.
 
-No autograd (inference kernels). The CUDA kernels take the gate forms of Qwen's layers computed in
-the kernel (``use_gate_in_kernel``, ``use_beta_sigmoid_in_kernel``, ``use_qk_l2norm_in_kernel`` all
-True); other combinations run on the CPU backend and raise on CUDA tensors.
+No autograd (inference kernels). On CUDA, ``chunk_gated_delta_rule`` takes every form in the chunk
+kernel (K = 128, bf16/fp16 activations); elsewhere the CUDA kernels take the gate forms of Qwen's
+layers computed in the kernel (``use_gate_in_kernel``, ``use_beta_sigmoid_in_kernel``,
+``use_qk_l2norm_in_kernel`` all True) and other combinations run on the CPU backend and raise on
+CUDA tensors.
 """
 
 from typing import Optional, Tuple

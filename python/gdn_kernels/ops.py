@@ -18,6 +18,12 @@ Common conventions (docs/contract.md):
 * Tensors must be dense except in dim 0, whose stride may be larger (padded pools, row views).
 * Activations and conv weights/state: float32, bfloat16 or float16. ``A_log`` and ``dt_bias``: any
   float dtype (a bf16 checkpoint's own tensors); the gates are computed in float32.
+* Deferred commit and token trees (docs/contract.md §7; CPU, the CUDA backend refuses them with a
+  message): :func:`gated_delta_rule_recurrent` and :func:`gdn_attention` take ``verify_log`` /
+  ``verify_log_out`` (and ``gdn_attention`` ``conv_log`` / ``conv_log_out``); None, the default,
+  is the per-token-slot mode. Each sequence then owns one slot with its committed state, and the
+  logs hold what its last verify step consumed; an engine keeps two logs of each kind and
+  alternates them from step to step.
 * ``out=`` writes a caller's buffer instead of allocating. It may be ``x`` itself (an in-place
   convolution, exact: each input row is read before its output row is written; eager mode only,
   not under ``torch.compile``); a buffer that overlaps ``x`` otherwise is rejected.
@@ -158,6 +164,11 @@ def gated_delta_rule_recurrent(
     qk_l2norm: bool = True,
     beta_sigmoid: bool = True,
     out: Optional[Tensor] = None,
+    verify_log: Optional[Tensor] = None,
+    verify_log_out: Optional[Tensor] = None,
+    log_tokens: bool = True,
+    token_parents: Optional[Tensor] = None,
+    accepted_path: Optional[Tensor] = None,
 ) -> Tensor:
     """The gated delta rule, token by token (decode, verify, short non-speculative sequences).
 
@@ -171,6 +182,17 @@ def gated_delta_rule_recurrent(
     when ``has_initial_state[i]`` is false) and store the final state there. Verify sequences
     (``state_indices [n, cols]`` with ``num_accepted_tokens``) read the state from column
     ``num_accepted_tokens[i] - 1`` and store the state after token ``t`` into column ``t``.
+
+    Deferred commit (``verify_log`` and ``verify_log_out`` given; docs/contract.md §7, CPU): each
+    sequence owns one slot ``s = state_indices[i]`` (``[n]``) holding its committed state, and row
+    ``s`` of the logs holds the tokens of its last verify step as the recurrence consumed them.
+    ``S`` = slot ``s`` (zeros without an initial state) with the first ``num_accepted_tokens[i]``
+    logged tokens of ``verify_log[s]`` replayed (required; clamped to ``[0, log_cols]``; 0 after a
+    prefill, a plain decode or for a new sequence); the step's tokens run from ``S``. With
+    ``log_tokens`` (a verify step) ``S`` goes to slot ``s`` and the first ``log_cols`` tokens to
+    ``verify_log_out[s]``; without (a prefill or plain decode) the state after every token goes to
+    slot ``s`` and no log is written. Outputs and the next-read states equal the per-token-slot
+    mode's (bit for bit with float32 state on the CPU).
 
     Args:
         q, k: ``[T, H, K]`` float32 / bfloat16 / float16.
@@ -193,6 +215,21 @@ def gated_delta_rule_recurrent(
         qk_l2norm: l2-normalise q and k (True), or use them as given (``q^ = q * scale``).
         beta_sigmoid: ``beta = sigmoid(b)`` (True) or ``beta = b``.
         out: ``[T, HV, V]`` buffer for ``o`` (dtype of ``q``), or None to allocate one.
+        verify_log: ``[num_slots, log_cols, HV, K + V + 2]`` float32, read: per slot, logged token
+            and value head ``[k^ (K) | v (V) | g | beta]``; or None (the per-token-slot mode).
+        verify_log_out: the same shape, float32, written (rows ``0..`` of each logging sequence's
+            slot); must not overlap ``verify_log``, ``ssm_state`` or ``out``. Given exactly when
+            ``verify_log`` is.
+        log_tokens: deferred only: True for a verify step (the tokens are drafts and are logged),
+            False for a prefill or a plain decode (every token accepted, nothing logged).
+        token_parents: ``[T]`` int32/int64, deferred with ``log_tokens``: per token its parent's
+            index within its sequence (0 = the sequence's first token), -1 (or any value outside
+            ``[0, t)``) for a root; the step's tokens then form a tree, each node's output being
+            that of linear verify of its root-to-node path (node states stay in scratch; the log
+            receives every node, so ``log_cols`` must hold the tree). None: a chain.
+        accepted_path: ``[n, log_cols]`` int32/int64, deferred: the log rows to replay, in order,
+            the first ``num_accepted_tokens[i]`` of row ``i`` (the accepted root-to-leaf path of a
+            tree; an entry outside ``[0, log_cols)`` ends the replay). None: rows ``0, 1, ...``.
 
     The CUDA kernels take the default gate forms (A_log and dt_bias given, ``beta_sigmoid``,
     ``qk_l2norm``, ``a`` and ``b`` in the dtype of ``q``); the other forms run on the CPU.
@@ -200,14 +237,16 @@ def gated_delta_rule_recurrent(
     Returns:
         ``o``: ``[T, HV, V]``, dtype of ``q``.
     """
+    deferred = dict(verify_log=verify_log, verify_log_out=verify_log_out, log_tokens=log_tokens,
+                    token_parents=token_parents, accepted_path=accepted_path)
     if out is None:
         return torch.ops.gdn.gated_delta_rule_recurrent(
             q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices, num_accepted_tokens,
-            has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid,
+            has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid, **deferred,
         )
     torch.ops.gdn.gated_delta_rule_recurrent_out(
         out, q, k, v, a, b, A_log, dt_bias, ssm_state, query_start_loc, state_indices, num_accepted_tokens,
-        has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid,
+        has_initial_state, scale, state_layout, null_block_id, qk_l2norm, beta_sigmoid, **deferred,
     )
     return out
 
@@ -286,6 +325,14 @@ def gdn_attention(
     *,
     null_block_id: Optional[int] = None,
     spec_conv_layout: str = "per_token",
+    verify_log: Optional[Tensor] = None,
+    verify_log_out: Optional[Tensor] = None,
+    conv_log: Optional[Tensor] = None,
+    conv_log_out: Optional[Tensor] = None,
+    non_spec_num_accepted_tokens: Optional[Tensor] = None,
+    spec_accepted_path: Optional[Tensor] = None,
+    non_spec_accepted_path: Optional[Tensor] = None,
+    spec_token_parents: Optional[Tensor] = None,
 ) -> None:
     """The GDN layer core for a mixed batch: conv, gates, l2 norm and the delta rule in one call.
 
@@ -332,6 +379,29 @@ def gdn_attention(
             column ``t``'s slot hold the last ``W - 1`` inputs. ``"rolling"`` (vLLM's CUDA path,
             FLA): one line in column 0's slot, window rows ``a-1..a+W-3``, afterwards rows
             ``0..W-3+T`` hold ``[old rows a..a+W-3, u_0, ..., u_{T-1}]``.
+        verify_log, verify_log_out: the recurrence's logs, ``[num_slots, log_cols, HV, K + V + 2]``
+            float32 (read, written), as in :func:`gated_delta_rule_recurrent`; or None (the
+            per-token-slot mode). The four logs are given together or not at all, and none may
+            overlap another or an output or pool.
+        conv_log, conv_log_out: the conv logs, ``[num_slots, log_cols, D]`` in the projections'
+            dtype (read, written): each logged token's conv input (its q/k/v projection columns).
+        non_spec_num_accepted_tokens: ``[num_prefills + num_decodes]``, deferred: logged tokens a
+            non-spec sequence replays first (a sequence that stops speculating passes its last
+            accepted count here), or None (none).
+        spec_accepted_path, non_spec_accepted_path: ``[n of the group, log_cols]``, deferred: the
+            log rows each sequence replays, in order (see ``accepted_path`` of
+            :func:`gated_delta_rule_recurrent`), or None (rows ``0, 1, ...``).
+        spec_token_parents: ``[>= spec tokens]`` (``spec_token_indx``'s length, or
+            ``num_actual_tokens``), deferred: per local spec token its parent's index within its
+            sequence, -1 for a root: the verify tokens form trees (a node's conv window is the
+            ``W - 1`` inputs before it on its root-to-node path). None: chains.
+
+    Deferred commit (``verify_log`` given; docs/contract.md §7, CPU): a sequence's slot is column 0
+    of its state indices (a verify sequence's other columns are not read), its committed conv
+    window rows ``0..W-2`` of that ``conv_state`` slot. Each sequence first replays its accepted
+    logged tokens (``num_accepted_tokens`` for verify sequences, ``non_spec_num_accepted_tokens``
+    for the others) into window and state; verify sequences then commit window and state before
+    their tokens and log the tokens, non-spec sequences store window and state after theirs.
 
     All index tensors are int32 or int64. ``attention_args_from_vllm_metadata`` builds the
     metadata arguments from vLLM's ``GDNAttentionMetadata``.
@@ -342,4 +412,7 @@ def gdn_attention(
         num_decodes, num_spec_decodes, has_initial_state, non_spec_query_start_loc, non_spec_token_indx,
         non_spec_state_indices_tensor, spec_query_start_loc, spec_token_indx, spec_state_indices_tensor,
         num_accepted_tokens, num_actual_tokens, tp_size, reorder_input, null_block_id, spec_conv_layout,
+        verify_log=verify_log, verify_log_out=verify_log_out, conv_log=conv_log, conv_log_out=conv_log_out,
+        non_spec_num_accepted_tokens=non_spec_num_accepted_tokens, spec_accepted_path=spec_accepted_path,
+        non_spec_accepted_path=non_spec_accepted_path, spec_token_parents=spec_token_parents,
     )

@@ -48,6 +48,23 @@ def read_safetensors(path):
     return tensors, params
 
 
+def write_safetensors(path, tensors, params=None):
+    """Writes CPU tensors (and a params dict, as __metadata__["params"] JSON) to a safetensors file."""
+    names = {v: k for k, v in _DTYPES.items()}
+    header, chunks, offset = {}, [], 0
+    for name, t in tensors.items():
+        t = t.detach().cpu().contiguous()
+        raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    if params is not None:
+        header["__metadata__"] = {"params": json.dumps(params)}
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    Path(path).write_bytes(struct.pack("<Q", len(head)) + head + b"".join(chunks))
+
+
 def golden_files():
     return sorted(GOLDEN_DIR.glob("*.safetensors"))
 

@@ -64,3 +64,23 @@ def out_sample(fn):
 
 def to_device(args, device):
     return [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def split_by_schema(op, kwargs):
+    """(positional args, keyword-only kwargs) of a call of torch.ops.gdn.<op> given all by name."""
+    schema = getattr(torch.ops.gdn, op).default._schema
+    args = [kwargs[a.name] for a in schema.arguments if not a.kwarg_only]
+    return args, {a.name: kwargs[a.name] for a in schema.arguments if a.kwarg_only and a.name in kwargs}
+
+
+def deferred_samples():
+    """{op: (args, kwargs)}: deferred-commit calls (docs/contract.md §7) with a tree, paths and both
+    logs (deferred.py's sample calls)."""
+    from deferred import attention_call, recurrent_call
+
+    rec = recurrent_call(True, "vk")
+    args, kw = split_by_schema("gated_delta_rule_recurrent", {"scale": None, "null_block_id": None, "qk_l2norm": True,
+                                                              "beta_sigmoid": True, **rec})
+    o = torch.zeros(rec["q"].shape[0], rec["v"].shape[1], rec["v"].shape[2])
+    return {"gated_delta_rule_recurrent": (args, kw), "gated_delta_rule_recurrent_out": ([o] + args, dict(kw)),
+            "gdn_attention": split_by_schema("gdn_attention", {"null_block_id": None, **attention_call()})}

@@ -1,4 +1,7 @@
-"""The fake implementations give the real ops' output shapes, dtypes and strides."""
+"""The fake implementations give the real ops' output shapes, dtypes and strides, and take the
+schemas' arguments (the deferred-commit keywords included)."""
+
+import inspect
 
 import pytest
 import torch
@@ -58,3 +61,53 @@ def test_ops_run_under_fake_tensor_mode(name, sample):
         args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in inputs]
         fake = getattr(torch.ops.gdn, name)(*args)
     assert fake.shape == real.shape and fake.dtype == real.dtype
+
+
+DEFERRED = {  # op -> its keyword-only deferred-commit arguments (docs/contract.md §7); mutated ones
+    "gated_delta_rule_recurrent": (["verify_log", "verify_log_out", "log_tokens", "token_parents", "accepted_path"],
+                                   {"verify_log_out"}),
+    "gdn_attention": (["verify_log", "verify_log_out", "conv_log", "conv_log_out", "non_spec_num_accepted_tokens",
+                       "spec_accepted_path", "non_spec_accepted_path", "spec_token_parents"],
+                      {"verify_log_out", "conv_log_out"}),
+}
+DEFERRED["gated_delta_rule_recurrent_out"] = DEFERRED["gated_delta_rule_recurrent"]
+
+
+@pytest.mark.parametrize("name", sorted(DEFERRED))
+def test_deferred_arguments_are_trailing_keywords_with_defaults(name):
+    names, written = DEFERRED[name]
+    args = getattr(torch.ops.gdn, name).default._schema.arguments
+    tail = args[-len(names):]
+    assert [a.name for a in tail] == names
+    for a in args[:-len(names)]:
+        assert not a.kwarg_only, f"{name}: {a.name} must stay positional"
+    for a in tail:
+        assert a.kwarg_only, f"{name}: {a.name} must be keyword-only"
+        assert a.default_value == (True if a.name == "log_tokens" else None), f"{name}: default of {a.name}"
+        is_written = a.alias_info is not None and a.alias_info.is_write
+        assert is_written == (a.name in written), f"{name}: alias annotation of {a.name}"
+
+
+@pytest.mark.parametrize("name", sorted(_fake.FAKES))
+def test_fake_takes_the_schema_arguments(name):
+    schema = getattr(torch.ops.gdn, name).default._schema
+    params = inspect.signature(_fake.FAKES[name]).parameters
+    if any(p.kind == p.VAR_POSITIONAL for p in params.values()):
+        return  # _returns_nothing
+    assert [a.name for a in schema.arguments] == list(params), name
+    for a in schema.arguments:
+        assert (params[a.name].kind == params[a.name].KEYWORD_ONLY) == a.kwarg_only, f"{name}: {a.name}"
+
+
+def test_fake_of_a_deferred_call_matches_real_output():
+    args = recurrent_args()
+    q, v = args[0], args[2]
+    slots, log = args[7].shape[0], (args[7].shape[0], 4, v.shape[1], q.shape[2] + v.shape[2] + 2)
+    n = args[9].shape[0]
+    real_args = args[:9] + [torch.arange(n, dtype=torch.int32) % slots, torch.ones(n, dtype=torch.int32)] + args[11:]
+    kw = dict(verify_log=torch.zeros(log), verify_log_out=torch.zeros(log), log_tokens=True,
+              token_parents=torch.full((q.shape[0],), -1, dtype=torch.int32))
+    real = torch.ops.gdn.gated_delta_rule_recurrent(*real_args, **kw)
+    fake = _fake.FAKES["gated_delta_rule_recurrent"](*to_meta(real_args), **dict(zip(kw, to_meta(list(kw.values())))))
+    assert fake.shape == real.shape and fake.dtype == real.dtype and fake.stride() == real.stride()
+    assert kw["verify_log_out"].abs().sum() > 0, "the real call logged its tokens"

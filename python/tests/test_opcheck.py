@@ -6,8 +6,8 @@ import torch
 
 import gdn_kernels  # noqa: F401  (loads the ops and their fakes)
 from conftest import DEVICES
-from samples import (attention_args, chunked_args, conv_fwd_args, conv_update_args, out_sample, recurrent_args,
-                     to_device)
+from samples import (attention_args, chunked_args, conv_fwd_args, conv_update_args, deferred_samples, out_sample,
+                     recurrent_args, to_device)
 
 pytestmark = pytest.mark.skipif(not hasattr(torch.library, "opcheck"),
                                 reason=f"torch.library.opcheck needs torch >= 2.4 (have {torch.__version__})")
@@ -38,3 +38,10 @@ def test_opcheck_out(name, device):
                                   "attention_prefill_decode_block"])
 def test_opcheck_gdn_attention(case, device):
     torch.library.opcheck(torch.ops.gdn.gdn_attention.default, tuple(to_device(attention_args(case), device)))
+
+
+@pytest.mark.parametrize("name", ["gated_delta_rule_recurrent", "gated_delta_rule_recurrent_out", "gdn_attention"])
+def test_opcheck_deferred(name):
+    """The deferred-commit keywords (verify_log_out, conv_log_out written; CPU only)."""
+    args, kwargs = deferred_samples()[name]
+    torch.library.opcheck(getattr(torch.ops.gdn, name).default, tuple(args), kwargs)

@@ -6,7 +6,9 @@
 // arguments. The torch tests make the same call through torch.ops.gdn and require identical
 // bytes, so the binding is shown to pass every tensor, stride, default and optional unchanged.
 // Scalars come from the case's params: activation, spec_layout, state_layout, scale (not for
-// gdn_attention, whose torch schema has no scale: the default K^-1/2), null_block_id when given.
+// gdn_attention, whose torch schema has no scale: the default K^-1/2), null_block_id when given,
+// log_tokens (default true). The deferred-commit tensors (docs/contract.md §7) are read when the
+// case has them (in.verify_log, in.verify_log_out, ...; the golden cases do not).
 // Exit status 0 on success, 1 when the op fails (its message on stderr), 2 for usage errors.
 #include <cstdio>
 #include <map>
@@ -92,9 +94,12 @@ Status run_gated_delta_rule(Case& c, capture::Backend backend, bool chunked) {
                             {"A_log", &a.A_log}, {"dt_bias", &a.dt_bias}, {"ssm_state", &a.ssm_state},
                             {"query_start_loc", &a.query_start_loc}, {"state_indices", &a.state_indices},
                             {"num_accepted_tokens", &a.num_accepted_tokens},
-                            {"has_initial_state", &a.has_initial_state}}) {
+                            {"has_initial_state", &a.has_initial_state}, {"verify_log", &a.verify_log},
+                            {"verify_log_out", &a.verify_log_out}, {"token_parents", &a.token_parents},
+                            {"accepted_path", &a.accepted_path}}) {
     GDN_RETURN_IF_ERROR(input(c, name, view));
   }
+  a.log_tokens = c.file.params.value("log_tokens", true);
   GDN_RETURN_IF_ERROR(output(c, "o", a.q.dtype, {a.q.shape[0], a.v.shape[1], a.v.shape[2]}, &a.o));
   GDN_RETURN_IF_ERROR(parse_state_layout(param_str(c, "state_layout", "vk"), &a.state_layout));
   a.scale = param_opt_double(c, "scale");
@@ -110,7 +115,11 @@ Status run_attention(Case& c, capture::Backend backend) {
         {"conv_bias", &a.conv_bias}, {"A_log", &a.A_log}, {"dt_bias", &a.dt_bias},
         {"has_initial_state", &a.has_initial_state}, {"non_spec_query_start_loc", &a.non_spec_query_start_loc},
         {"non_spec_token_indx", &a.non_spec_token_indx}, {"spec_query_start_loc", &a.spec_query_start_loc},
-        {"spec_token_indx", &a.spec_token_indx}, {"num_accepted_tokens", &a.num_accepted_tokens}}) {
+        {"spec_token_indx", &a.spec_token_indx}, {"num_accepted_tokens", &a.num_accepted_tokens},
+        {"verify_log", &a.verify_log}, {"verify_log_out", &a.verify_log_out}, {"conv_log", &a.conv_log},
+        {"conv_log_out", &a.conv_log_out}, {"non_spec_num_accepted_tokens", &a.non_spec_num_accepted_tokens},
+        {"spec_accepted_path", &a.spec_accepted_path}, {"non_spec_accepted_path", &a.non_spec_accepted_path},
+        {"spec_token_parents", &a.spec_token_parents}}) {
     GDN_RETURN_IF_ERROR(input(c, name, view));
   }
   // The golden files name the slot tensors without vLLM's "_tensor" suffix.
