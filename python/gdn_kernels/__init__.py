@@ -11,7 +11,8 @@ fake implementations for torch.compile. The functions here are documented wrappe
 * :func:`gdn_attention` — the fused layer core for a mixed batch, with vllm-xpu-kernels' arguments;
 * :func:`attention_args_from_vllm_metadata` — gdn_attention's metadata arguments from vLLM's
   ``GDNAttentionMetadata``;
-* :mod:`gdn_kernels.fla` — FLA's ``chunk_gated_delta_rule`` and ``fused_recurrent_gated_delta_rule``.
+* :mod:`gdn_kernels.fla` — FLA's ``chunk_gated_delta_rule`` and ``fused_recurrent_gated_delta_rule``;
+* :mod:`gdn_kernels.hf` — transformers' Gated DeltaNet layers on these kernels (``enable(model)``).
 """
 
 from ._library import library_path, load_library
