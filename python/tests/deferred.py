@@ -5,9 +5,11 @@ import random
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+import pytest
 import torch
 
 import gdn_kernels
+from golden import bit_equal
 
 H, HV, K, V, W = 2, 4, 16, 8, 4
 D = 2 * H * K + HV * V          # conv channels [q | k | v]
@@ -208,3 +210,16 @@ def attention_call():
             Seq([2, 7, 3, 5, 4], spec=True, cols=[0] * 4, nacc=2, path=[2, 0], parents=[-1, 0, 0, 1, -1])]
     qkvz, ba = projections(g, lay, 8)
     return attention_kwargs(lay, conv, ssm, seqs, qkvz, ba, logs=(logs[0], logs[1]))
+
+
+def expect_refused(call, op, needles, watched):
+    """call() raises a message naming op and every needle, and leaves every watched tensor as it
+    was; returns the message."""
+    before = [t.clone() for t in watched]
+    with pytest.raises(RuntimeError) as info:
+        call()
+    msg = str(info.value)
+    for n in (op,) + tuple(needles):
+        assert n in msg, f"message {msg!r} lacks {n!r}"
+    assert all(bit_equal(t, b) for t, b in zip(watched, before)), "a failed call changed a tensor"
+    return msg
