@@ -201,16 +201,21 @@ bool default_gates(const GatedDeltaRuleArgs& a) {
 }
 
 
+// The chunk kernel's own limits: 16-bit activations, K = 128, V a multiple of 32, sm_80+, its
+// shared memory on the device.
+bool chunk_kernel_fits(DType act, int64_t K, int64_t V, int cc_major, int device) {
+  return cc_major >= 8 && (act == DType::kBFloat16 || act == DType::kFloat16) && K == 128 && V % 32 == 0 &&
+         device_props(device).smem_optin >= chunk_smem_bytes(32);
+}
+
 // Whether the chunk kernel can take the call on a device of compute capability cc_major.
 bool chunk_ok(const GatedDeltaRuleArgs& a, int cc_major) {
   const DType t = a.q.dtype;
-  if (cc_major < 8 || (t != DType::kBFloat16 && t != DType::kFloat16)) return false;
+  if (!chunk_kernel_fits(t, a.q.shape[2], a.v.shape[2], cc_major, a.q.device_index)) return false;
   if (a.k.dtype != t || a.v.dtype != t || a.o.dtype != t || a.num_accepted_tokens.present()) return false;
   if (a.a.dtype == DType::kFloat64 || a.b.dtype == DType::kFloat64) return false;  // gate words of 2 or 4 bytes
-  if (a.q.shape[2] != 128 || a.v.shape[2] % 32 != 0) return false;
   return aligned16(a.q.data, a.q.stride[0], 2) && aligned16(a.k.data, a.k.stride[0], 2) &&
-         aligned16(a.v.data, a.v.stride[0], 2) && aligned16(a.o.data, a.o.stride[0], 2) &&
-         device_props(a.q.device_index).smem_optin >= chunk_smem_bytes(32);
+         aligned16(a.v.data, a.v.stride[0], 2) && aligned16(a.o.data, a.o.stride[0], 2);
 }
 
 Status launch_chunk_any(const ChunkParams& p, DType act, DType state, cudaStream_t stream) {
@@ -228,13 +233,10 @@ Status launch_chunk_any(const ChunkParams& p, DType act, DType state, cudaStream
 // of 32, 16-bit activations, 16-byte aligned rows of the projections, the conv pool and
 // core_attn_out).
 bool attention_chunk_ok(const GdnAttentionArgs& a, const rules::ProjLayout& L, int cc_major) {
-  const DType t = a.projected_states_qkvz.dtype;
-  if (cc_major < 8 || (t != DType::kBFloat16 && t != DType::kFloat16)) return false;
-  if (L.K != 128 || L.V % 32 != 0) return false;
-  return aligned16(a.projected_states_qkvz.data, a.projected_states_qkvz.stride[0], 2) &&
+  const TensorView& x = a.projected_states_qkvz;
+  return chunk_kernel_fits(x.dtype, L.K, L.V, cc_major, x.device_index) && aligned16(x.data, x.stride[0], 2) &&
          aligned16(a.conv_state.data, a.conv_state.stride[0], 2) && L.D % 8 == 0 &&
-         aligned16(a.core_attn_out.data, a.core_attn_out.stride[0], 2) &&
-         device_props(a.projected_states_qkvz.device_index).smem_optin >= chunk_smem_bytes(32);
+         aligned16(a.core_attn_out.data, a.core_attn_out.stride[0], 2);
 }
 
 }  // namespace
