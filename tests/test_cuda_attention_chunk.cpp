@@ -1,5 +1,6 @@
-// gdn_attention's long prefills in the CUDA chunk kernel (src/cuda/chunk/, fused inputs: the conv of
-// the projections in shared memory), the rest of the batch in the two-launch step.
+// gdn_attention's long prefills in the CUDA chunk kernel (src/cuda/chunk/, its q, k, v from the conv
+// of the projections into a buffer, src/cuda/conv/conv_rows.cu), the rest of the batch in the
+// two-launch step.
 //   CudaAttentionChunk.MixedBatchEqualsTheCpu: prefills of lengths 1, 31, 32, 63, 64, 65, 129, 300
 //     and 1000 (one of them padding: slot -1; one on the null slot), decodes, ragged verify
 //     sequences and padding ones, token rows interleaved between the groups (token_indx), graph-padded
@@ -9,6 +10,8 @@
 //     graph-padded rows untouched, z and the conv pool bit-exact (copies of inputs), slots no
 //     sequence names bit-exact.
 //   CudaAttentionChunk.IdenticalBytesRunAfterRun: the same call twice, every output bit for bit.
+//   CudaAttentionChunkOffsets.DecreasingOffsetsTakeTheStep: the same kind of batch with a decreasing
+//     pair of non-spec offsets, where every sequence takes the step; against the CPU as above.
 //   CudaAttentionChunk.PromptSplitAcrossCalls: a 300-token prompt in one call and in two (130 tokens
 //     without initial state, then 170 with it): the same conv pool bytes, outputs and final state
 //     within rel L2 1e-2.
@@ -138,6 +141,31 @@ TEST_P(CudaAttentionChunk, IdenticalBytesRunAfterRun) {
   EXPECT_EQ(byte_diff(z_a, z_b), "");
   EXPECT_EQ(byte_diff(pa.conv_pool, pb.conv_pool), "");
   EXPECT_EQ(byte_diff(pa.ssm_pool, pb.ssm_pool), "");
+}
+
+// Offsets that decrease somewhere (docs/contract.md §3: that pair is an empty sequence) may make
+// token ranges overlap, so the whole batch takes the step: the long prefills too, against the CPU.
+TEST(CudaAttentionChunkOffsets, DecreasingOffsetsTakeTheStep) {
+  const Backend cuda(Backend::kCUDA);
+  PROP_SKIP_IF_UNAVAILABLE(cuda);
+  Rng r(74);
+  AttnProblem p;
+  p.H = 1; p.HV = 2; p.K = 128; p.V = 128; p.W = 4; p.cols = 3;
+  MixOptions m;
+  m.prefill_lens = {40, 200};
+  m.trailing_empty = true;
+  make_mixed_batch(p, r, m);
+  build_meta(p);
+  fill_attention_data(p, r);
+  const int64_t n = p.ns_qsl.numel() - 1;
+  p.ns_qsl.seti(n, p.ns_qsl.geti(n - 1) - 1);  // the trailing empty sequence as a decreasing pair
+  AttnProblem pc = p, pr = p;
+  Buf core_c, z_c, core_r, z_r;
+  make_outputs(p, &core_c, &z_c, 0);
+  make_outputs(p, &core_r, &z_r, 0);
+  PROP_ASSERT_OK(run_attention(cuda, pc, core_c, z_c));
+  PROP_ASSERT_OK(run_attention(Backend::kCPU, pr, core_r, z_r));
+  expect_like_cpu(pc, core_c, z_c, pr, core_r, z_r);
 }
 
 // One prefill of n tokens (rows `first`.. of `full`'s projections) on slot 1 of pools `from`.

@@ -162,6 +162,31 @@ def _check_version() -> None:
                            f"{'.'.join(map(str, MIN_VERSION))}, the first with these layers")
 
 
+def _global_names(fn, depth: int = 4) -> set:
+    """The global names a function's code looks up, through decorators: the function, what it wraps
+    (``__wrapped__``) and the functions its closure holds (a decorator's inner function calls the
+    decorated one from a cell)."""
+    names, seen, todo = set(), set(), [(fn, 0)]
+    while todo:
+        f, d = todo.pop()
+        if id(f) in seen or d > depth:
+            continue
+        seen.add(id(f))
+        code = getattr(f, "__code__", None)
+        if code is not None:
+            names.update(code.co_names)
+        if getattr(f, "__wrapped__", None) is not None:
+            todo.append((f.__wrapped__, d + 1))
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                v = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(v):
+                todo.append((v, d + 1))
+    return names
+
+
 def enable(model: torch.nn.Module, check_version: bool = True) -> Handle:
     """Runs the Gated DeltaNet layers of ``model`` (classes ``LAYER_CLASSES``) on gdn-kernels: their
     modeling modules' kernel functions, or the layers' kernel attributes, whichever the installed
@@ -181,7 +206,7 @@ def enable(model: torch.nn.Module, check_version: bool = True) -> Handle:
                 handle._set(layer, n, fn)
         else:
             mod = sys.modules[type(layer).__module__]
-            names = type(layer).forward.__code__.co_names
+            names = _global_names(type(layer).forward)
             if not all(hasattr(mod, n) and n in names for n in MODULE_NAMES):
                 raise RuntimeError(f"gdn_kernels.hf: {type(layer).__name__} ({type(layer).__module__}) calls its "
                                    f"kernels neither through {sorted(INSTANCE_NAMES)} attributes nor through the "

@@ -182,6 +182,9 @@ def test_fla_api_on_cuda():
             o, ht = call(qc, kc, vc, ac, beta=bc, **kw)
         assert err_ratio(flat(o).cpu(), o_ref) <= tol
         assert err_ratio(ht.cpu(), h_ref) <= tol
-    with pytest.raises(RuntimeError, match="unsupported on CUDA"):
-        fla.chunk_gated_delta_rule(*args[:3], g_log.to(**dev), torch.sigmoid(blog.float()).to(**dev),
-                                   use_qk_l2norm_in_kernel=True, cu_seqlens=cu.to(**dev))
+    # The precomputed log-space decay and beta (float32): the chunk kernel's gate-given form.
+    o, ht = fla.chunk_gated_delta_rule(*args[:3], g_log.to(**dev), torch.sigmoid(blog.float()).to(**dev),
+                                       use_qk_l2norm_in_kernel=True, initial_state=h0.to(**dev),
+                                       output_final_state=True, cu_seqlens=cu.to(**dev))
+    assert err_ratio(flat(o).cpu(), o_ref) <= 0.005
+    assert err_ratio(ht.cpu(), h_ref) <= 0.005

@@ -9,7 +9,8 @@
   attributes): what is patched, that disable restores it, and the errors.
 * With transformers installed: tiny random Qwen3-Next and Qwen3.5 models built in code, float32 on
   the CPU: logits of a prompt and of greedy decoding with gdn-kernels against the model's own torch
-  path (relative max error 1e-3: float32 sums in another order), and the same greedy tokens.
+  path (relative max error 1e-3: float32 sums in another order), and the same greedy tokens; bf16 on
+  CUDA with 128-wide heads: prompt and teacher-forced decode logits (relative max error 3e-2).
 """
 
 import sys
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 import gdn_kernels.hf as hf
+from conftest import requires_cuda
 from test_fla import err_ratio, reference
 
 
@@ -95,11 +97,18 @@ def test_delta_rule(fn, T, tol, dtype):
 
 # Stand-ins for transformers' layers: one looking its kernels up as module functions, one as
 # instance attributes.
-def make_module_layout():
+# decorated: forward wrapped by a decorator that does not copy __wrapped__ (as transformers' hook
+# decorators may), so its kernels are looked up by the inner function in the closure.
+def make_module_layout(decorated=False):
     mod = types.ModuleType("gdn_hf_test_modeling")
     for n in hf.MODULE_NAMES:
         setattr(mod, n, lambda *a, **k: "torch")
-    src = ("class Qwen3_5GatedDeltaNet(torch.nn.Module):\n"
+    src = ("def hooks(fn):\n"
+           "    def inner(self, *args, **kwargs):\n"
+           "        return fn(self, *args, **kwargs)\n"
+           "    return inner\n"
+           "class Qwen3_5GatedDeltaNet(torch.nn.Module):\n"
+           + ("    @hooks\n" if decorated else "") +
            "    def forward(self, x):\n"
            "        return (torch_chunk_gated_delta_rule, torch_recurrent_gated_delta_rule, causal_conv1d_fn,\n"
            "                causal_conv1d_update)\n")
@@ -117,8 +126,9 @@ class Qwen3NextGatedDeltaNet(torch.nn.Module):
             setattr(self, n, "torch")
 
 
-def test_enable_module_functions():
-    mod = make_module_layout()
+@pytest.mark.parametrize("decorated", [False, True])
+def test_enable_module_functions(decorated):
+    mod = make_module_layout(decorated)
     try:
         model = torch.nn.Sequential(mod.Qwen3_5GatedDeltaNet(), mod.Qwen3_5GatedDeltaNet())
         old = {n: getattr(mod, n) for n in hf.MODULE_NAMES}
@@ -157,12 +167,13 @@ def test_enable_errors():
         hf.enable(torch.nn.Sequential(Qwen3_5MoeGatedDeltaNet()), check_version=False)
 
 
-def tiny_models():
+def tiny_models(head_dim=16):
+    """Tiny random models of every GDN family the installed transformers has: [(name, build)]."""
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     common = dict(vocab_size=99, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
                   num_key_value_heads=2, head_dim=16, hidden_act="silu",
                   layer_types=["linear_attention", "full_attention"], linear_conv_kernel_dim=4,
-                  linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+                  linear_key_head_dim=head_dim, linear_value_head_dim=head_dim, linear_num_key_heads=2,
                   linear_num_value_heads=4)
     moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16)
     out = []
@@ -192,3 +203,37 @@ def test_tiny_models_against_their_torch_path():
         err = ((logits - ref_logits).abs().max() / ref_logits.abs().max()).item()
         assert err <= 1e-3, f"{name}: prompt logits, relative max error {err}"
         assert torch.equal(tokens, ref_tokens), f"{name}: greedy tokens differ"
+
+
+def teacher_forced_logits(model, prompt, tokens):
+    """Logits of every prompt position (one prefill into a cache), then of each later token of tokens
+    fed one at a time (decode): ([1, P, vocab], [1, steps, vocab])."""
+    out = model(prompt, use_cache=True)
+    prefill, cache, decode = out.logits, out.past_key_values, []
+    for t in range(prompt.shape[1], tokens.shape[1]):
+        out = model(tokens[:, t:t + 1], past_key_values=cache, use_cache=True)
+        decode.append(out.logits[:, -1])
+        cache = out.past_key_values
+    return prefill, torch.stack(decode, 1)
+
+
+@requires_cuda
+def test_tiny_models_on_cuda_against_their_torch_path():
+    """bf16 on CUDA with K = V = 128 (the chunk kernel's head size): a 100-token prompt (chunks of 64 and
+    a remainder) and 12 decode steps fed the reference's greedy tokens, against the model's torch path:
+    relative max error 3e-2 of each logits tensor (bf16 activations rounded at different points)."""
+    for name, build in tiny_models(head_dim=128):
+        torch.manual_seed(0)
+        model = build().to(device="cuda", dtype=torch.bfloat16).eval()
+        prompt = torch.randint(0, 99, (1, 100), device="cuda")
+        with torch.no_grad():
+            tokens = model.generate(prompt, max_new_tokens=12, do_sample=False)
+            ref_prefill, ref_decode = teacher_forced_logits(model, prompt, tokens)
+            h = hf.enable(model)
+            try:
+                prefill, decode = teacher_forced_logits(model, prompt, tokens)
+            finally:
+                h.disable()
+        for what, got, ref in (("prompt", prefill, ref_prefill), ("decode", decode, ref_decode)):
+            err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+            assert err <= 3e-2, f"{name}: {what} logits, relative max error {err}"

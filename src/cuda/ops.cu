@@ -7,6 +7,7 @@
 
 #include "cuda/backend.h"
 #include "cuda/chunk/chunk.h"
+#include "cuda/common/workspace.h"
 #include "cuda/conv/conv.h"
 #include "cuda/launch/launch.h"
 
@@ -357,17 +358,31 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
     rp.early_meta = a.metadata_ready_early && pdl_enabled();
     auto s = static_cast<cudaStream_t>(stream);
     bool one_launch = false;
-    if (chunk.chunk) {  // the long prefills in the chunk kernel, the rest in the two-launch step
+    if (chunk.chunk) {  // the long prefills: their conv into a buffer, then the chunk kernel; the rest in the step
       rp.chunk_from = chunk.from;
-      GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true,
-                                               plan::Override{plan::Path::kStepTwoLaunches}, s, &one_launch));
-      ChunkParams kp;
-      static_cast<RecurrentParams&>(kp) = rp;
-      kp.fused = true;
-      kp.a_dtype = kp.b_dtype = float_code(act);
-      kp.vs = chunk.vs;
-      GDN_RETURN_IF_ERROR(launch_chunk_any(kp, act, a.ssm_state.dtype, s));
-      return launch_conv(cp, act, true, s);
+      const int64_t rows = step.group[0].limit;
+      void* ws = nullptr;  // [group 0's local tokens, D]: allocated before anything is written
+      GDN_RETURN_IF_ERROR(workspace_alloc(dev, static_cast<size_t>(rows * L.D) * dtype_size(act), s, &ws));
+      const Status st = [&]() -> Status {
+        GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true,
+                                                 plan::Override{plan::Path::kStepTwoLaunches}, s, &one_launch));
+        ConvParams rows_p = cp;
+        rows_p.chunk_from = chunk.from;
+        rows_p.y = ws;
+        rows_p.y_rs = L.D;
+        GDN_RETURN_IF_ERROR(launch_conv_rows(rows_p, act, s));
+        ChunkParams kp;
+        static_cast<RecurrentParams&>(kp) = rp;
+        kp.fused = true;
+        kp.src.q = ws;
+        kp.src.q_rs = L.D;
+        kp.a_dtype = kp.b_dtype = float_code(act);
+        kp.vs = chunk.vs;
+        GDN_RETURN_IF_ERROR(launch_chunk_any(kp, act, a.ssm_state.dtype, s));
+        return launch_conv(cp, act, true, s);
+      }();
+      const Status freed = workspace_free(ws, s);
+      return st.ok() ? freed : st;
     }
     GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true, force, s, &one_launch));
     return one_launch ? Status::Ok() : launch_conv(cp, act, true, s);

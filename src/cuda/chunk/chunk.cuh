@@ -12,7 +12,7 @@
 //   consumers (warps 4-7, here): delta, o and the state update of chunk c, with H's slice in
 //     registers (warp w: rows 32w..32w+31, mma accumulators) and its 16-bit copy in shared memory
 //     as the next chunk's operand; then they stage chunk c + 2's inputs into c's buffer (the raw q,
-//     k, v, a, b; gdn_attention: the conv of the projections, stage_chunk), so that the producers,
+//     k, v, a, b, stage_chunk; gdn_attention: q, k, v from conv_rows.cu's buffer), so that the producers,
 //     the longer chain, never wait for a load (the consumers stage chunks 0 and 1 first).
 // The l2 norms, beta and the decays are row and column scalings in float32 of products of the raw
 // 16-bit inputs (no normalised copy is stored). T is never formed: producer warp b inverts the
@@ -26,7 +26,7 @@
 
 namespace gdn::cuda::chunk {
 
-template <typename TAct, typename TState, int VS, bool kFused>
+template <typename TAct, typename TState, int VS>
 __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p) {
   using L = Layout<VS>;
   constexpr int kLdV = L::kLdV, kNV = VS / 8;  // value n-tiles of 8 columns
@@ -38,20 +38,22 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int v0 = blockIdx.x * VS, hv = blockIdx.y, h = hv / p.r;
   pdl_start();
-  const SeqInfo si = resolve_seq(p, p.group[0], blockIdx.z, kFused);
+  const SeqInfo si = resolve_seq(p, p.group[0], blockIdx.z, p.fused);
   const int64_t len = si.tr.len, lt_begin = si.tr.begin;
-  if (len == 0 || (kFused && len < p.chunk_from)) return;  // fused: a short sequence is the step's
+  if (len == 0) return;
+  // fused: short sequences, and every sequence of a batch whose offsets decrease, are the step's
+  if (p.fused && (len < p.chunk_from || !ordered_offsets(p.group[0]))) return;
   TAct* o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + v0;
   bool pad = si.pad;
-  if constexpr (kFused) {  // a token outside the buffer makes its sequence padding
+  if (p.fused) {  // a token outside the buffer makes its sequence padding
     bool bad = false;
     for (int64_t t = tid; t < len; t += kThreads) bad |= global_row(p.group[0], lt_begin + t, p.src.num_actual_tokens) < 0;
     pad = __syncthreads_or(bad) || pad;
   }
   if (pad) {  // padding: zero outputs, no state read or written
     for (int64_t e = tid; e < len * (VS / 8); e += kThreads) {
-      const int64_t r = kFused ? global_row(p.group[0], lt_begin + e / (VS / 8), p.src.num_actual_tokens)
-                               : lt_begin + e / (VS / 8);
+      const int64_t r = p.fused ? global_row(p.group[0], lt_begin + e / (VS / 8), p.src.num_actual_tokens)
+                                : lt_begin + e / (VS / 8);
       if (r >= 0) *reinterpret_cast<uint4*>(o + r * p.o_rs + (e % (VS / 8)) * 8) = make_uint4(0, 0, 0, 0);
     }
     return;
@@ -72,8 +74,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
   }
   // Consumers: chunk ci's inputs into buffer ci & 1, for the producers.
   auto stage = [&](int64_t ci) {
-    stage_chunk<TAct, VS, kFused>(p, src, smem, static_cast<int>(ci & 1), lt_begin + ci * kC, chunk_len(ci), ci == 0,
-                                  si.slot0, si.init, tid - kGroupThreads, kCons);
+    stage_chunk<TAct, VS>(p, src, smem, static_cast<int>(ci & 1), lt_begin + ci * kC, chunk_len(ci),
+                          tid - kGroupThreads, kCons);
     mma::bar_arrive(kEmpty + (ci & 1), kThreads);
   };
 
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
     for (int r = 0; r < 2; ++r) {
       const int t = ri + 8 * r;
       if (t < n) {
-        TAct* orow = o + (kFused ? crow[t] : lt_begin + ci * kC + t) * p.o_rs;
+        TAct* orow = o + (p.fused ? crow[t] : lt_begin + ci * kC + t) * p.o_rs;
 #pragma unroll
         for (int nt = 0; nt < kNV; ++nt) st2(orow + 8 * nt + cq, acco[nt][2 * r], acco[nt][2 * r + 1]);
       }

@@ -8,7 +8,7 @@ namespace gdn::cuda {
 template <typename TAct, typename TState, int VS>
 Status launch_chunk_vs(const ChunkParams& p, cudaStream_t stream) {
   constexpr size_t kBytes = chunk::Layout<VS>::kBytes;
-  auto kernel = p.fused ? chunk::chunk_kernel<TAct, TState, VS, true> : chunk::chunk_kernel<TAct, TState, VS, false>;
+  auto kernel = chunk::chunk_kernel<TAct, TState, VS>;
   GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
   const dim3 grid(static_cast<unsigned>(p.V / VS), static_cast<unsigned>(p.HV), static_cast<unsigned>(p.group[0].n));
   return Launch(grid, dim3(chunk::kThreads), kBytes, stream)(kernel, p);

@@ -1,159 +1,51 @@
-// src/cuda/chunk/chunk_prep.cuh — the chunk kernel's producer group (warps 0-3): everything of a
-// chunk that does not depend on the state. For the chunk's n tokens into buffer buf: the raw q, k,
-// v (cp.async; fused, their causal conv in place), the gates and norms, P and L (q k^T and k k^T with decays and scalings), the
-// diagonal blocks D_b = (I + L_bb)^-1 and M_bm = -D_b L_bm, and [W | U] by block forward
-// substitution (chunk.cuh says the math).
+// src/cuda/chunk/chunk_prep.cuh — the chunk kernel's staging of a chunk's inputs (by the consumers)
+// and its producer group (warps 0-3): everything of a chunk that does not depend on the state. For
+// the chunk's n tokens into buffer buf: the raw q, k, v (cp.async), the gates and norms, P and L
+// (q k^T and k k^T with decays and scalings), the diagonal blocks D_b = (I + L_bb)^-1 and
+// M_bm = -D_b L_bm, and [W | U] by block forward substitution (chunk.cuh says the math).
 #pragma once
 #include "cuda/chunk/chunk_smem.cuh"
 
 namespace gdn::cuda::chunk {
 
-// Block column col of [q | k | v] (fused: its conv channel c, source pointer of row 0).
-template <typename TAct>
-struct ChunkCol {
-  int c;
-  const TAct* src;
-};
-template <typename TAct>
-__device__ __forceinline__ ChunkCol<TAct> chunk_col(const ChunkSrc<TAct>& s, int col) {
-  if (col < kK) return ChunkCol<TAct>{s.chq + col, s.q + col};
-  if (col < 2 * kK) return ChunkCol<TAct>{s.chk + col - kK, s.k + col - kK};
-  return ChunkCol<TAct>{s.chv + col - 2 * kK, s.v + col - 2 * kK};
-}
-
-// Fused: the rows of buffer buf's chunk tokens (then of the W - 1 tokens before it), as staged.
+// Fused: the global rows of buffer buf's chunk tokens, as staged (a, b and the outputs).
 __device__ __forceinline__ int64_t* chunk_rows(unsigned char* smem, size_t rows_at, int buf) {
-  return reinterpret_cast<int64_t*>(smem + rows_at) + buf * (kC + kHistRows);
-}
-
-// Fused: the causal conv of buffer buf's raw q, k, v in place (docs/contract.md §3: the taps summed
-// in the order of the step's conv_chunk, conv_tok.cuh, silu with the fast exponential and division,
-// rounded to TAct), by the 128 threads gt of one group (barrier `bar`). Items of 2 adjacent channels
-// x 16 tokens; every item's window (the 4 inputs before it, from the tiles or the buffer's conv
-// window rows) is copied into the buffer's W tile (free until the producers prepare this chunk)
-// before any item is written.
-template <typename TAct, int VS>
-__device__ __forceinline__ void conv_tiles(const ChunkParams& p, const ChunkSrc<TAct>& src, TAct* s16, int buf,
-                                           int n, int gt, int bar) {
-  using L = Layout<VS>;
-  constexpr int kPairs = L::kNCh / 2, kSeg = 16, kItems = kPairs * (kC / kSeg), kWin = kMaxW - 1;
-  static_assert(kItems * kWin * 4 <= kC * kLdK * 2, "the windows fit the W tile");
-  const int W = p.conv.W;
-  const TAct* hist = s16 + L::kHist + buf * kHistRows * L::kNCh;
-  uint4* wins = reinterpret_cast<uint4*>(s16 + L::kW + buf * kC * kLdK);
-  auto word = [&](int col, int t) -> uint32_t* {  // channels col, col + 1 of token t
-    TAct* x = col < kK       ? s16 + L::kQ + buf * kC * kLdK + t * kLdK + col
-              : col < 2 * kK ? s16 + L::kKr + buf * kC * kLdK + t * kLdK + col - kK
-                             : s16 + L::kV + buf * kC * L::kLdV + t * L::kLdV + col - 2 * kK;
-    return reinterpret_cast<uint32_t*>(x);
-  };
-#pragma unroll 1
-  for (int item = gt; item < kItems; item += kGroupThreads) {
-    const int col = 2 * (item % kPairs), t0 = kSeg * (item / kPairs);
-    uint32_t v[kWin];
-#pragma unroll
-    for (int k = 0; k < kWin; ++k) {
-      const int tau = t0 - kWin + k, hr = tau + W - 1;
-      v[k] = tau >= 0 ? *word(col, tau) : hr >= 0 ? *reinterpret_cast<const uint32_t*>(hist + hr * L::kNCh + col) : 0u;
-    }
-    wins[item] = make_uint4(v[0], v[1], v[2], v[3]);
-  }
-  mma::bar_sync(bar, kGroupThreads);
-#pragma unroll 1
-  for (int item = gt; item < kItems; item += kGroupThreads) {
-    const int col = 2 * (item % kPairs), t0 = kSeg * (item / kPairs);
-    if (t0 >= n) continue;
-    const uint4 wv = wins[item];
-    const uint32_t wu[kWin] = {wv.x, wv.y, wv.z, wv.w};
-    float w[2][kMaxW], bias[2], a[2][kWin];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int c = chunk_col(src, col + e).c;
-      const TAct* wc = static_cast<const TAct*>(p.conv.weight) + static_cast<int64_t>(c) * p.conv.weight_rs;
-#pragma unroll
-      for (int k = 0; k < kMaxW; ++k) w[e][k] = k >= kMaxW - W ? to_float(wc[k - (kMaxW - W)]) : 0.f;
-      bias[e] = p.conv.bias ? to_float(static_cast<const TAct*>(p.conv.bias)[c]) : 0.f;
-#pragma unroll
-      for (int k = 0; k < kWin; ++k) a[e][k] = to_float(reinterpret_cast<const TAct*>(&wu[k])[e]);
-    }
-    uint32_t xw[kSeg];
-#pragma unroll
-    for (int t = 0; t < kSeg; ++t) xw[t] = t0 + t < n ? *word(col, t0 + t) : 0u;
-#pragma unroll
-    for (int t = 0; t < kSeg; ++t) {
-      float y[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float x = to_float(reinterpret_cast<const TAct*>(&xw[t])[e]);
-        float acc = bias[e];
-#pragma unroll
-        for (int k = 0; k < kWin; ++k)
-          if (k >= kMaxW - W) acc += w[e][k] * a[e][k];
-        acc += w[e][kMaxW - 1] * x;
-#pragma unroll
-        for (int k = 0; k + 1 < kWin; ++k) a[e][k] = a[e][k + 1];
-        a[e][kWin - 1] = x;
-        y[e] = p.conv.silu ? __fdividef(acc, 1.f + __expf(-acc)) : acc;  // silu (rounded to TAct below)
-      }
-      if (t0 + t < n) *word(col, t0 + t) = mma::pack2<TAct>(y[0], y[1]);
-    }
-  }
+  return reinterpret_cast<int64_t*>(smem + rows_at) + buf * kC;
 }
 
 // The inputs of the chunk's n tokens (local tokens lt0..) into buffer buf, by the 128 threads gt of
 // one group (barrier `bar`): q, k, v (cp.async, zeros past n) and the gate inputs a, b (as floats in
-// the buffer's G and beta, which prep_chunk turns into the gates); fused, first the tokens' rows
-// (kept for the consumers' outputs), then also the conv inputs of the W - 1 tokens before the chunk
-// (the sequence's conv window for its first chunk: pool slot `slot0`, zeros without initial state)
-// and the conv in place. Ends with the group's barrier.
-template <typename TAct, int VS, bool kFused>
+// the buffer's G and beta, which prep_chunk turns into the gates); fused, first the tokens' global
+// rows (where a and b are read and the outputs written). Ends with the group's barrier.
+template <typename TAct, int VS>
 __device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc<TAct>& src, unsigned char* smem,
-                                            int buf, int64_t lt0, int n, bool first, int64_t slot0, bool init,
-                                            int gt, int bar) {
+                                            int buf, int64_t lt0, int n, int gt, int bar) {
   using L = Layout<VS>;
   TAct* s16 = reinterpret_cast<TAct*>(smem);
   int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
-  int64_t* hrow = crow + kC;
-  const int W = p.conv.W;
-  if constexpr (kFused) {
+  if (p.fused) {
     if (gt < kC) crow[gt] = gt < n ? token_row(p, lt0 + gt) : 0;
-    else if (gt < kC + kHistRows) hrow[gt - kC] = !first && gt - kC < W - 1 ? token_row(p, lt0 - (W - 1) + gt - kC) : 0;
     mma::bar_sync(bar, kGroupThreads);
   }
-  auto row = [&](int t) -> int64_t {
-    if constexpr (kFused) return crow[t];
-    else return lt0 + t;
-  };
   TAct* dq = s16 + L::kQ + buf * kC * kLdK;
   TAct* dk = s16 + L::kKr + buf * kC * kLdK;
   TAct* dv = s16 + L::kV + buf * kC * L::kLdV;
   for (int e = gt; e < kC * (kK / 8); e += kGroupThreads) {
     const int t = e / (kK / 8), s = e % (kK / 8);
     const bool ok = t < n;
-    const int64_t r = row(ok ? t : 0);
+    const int64_t r = lt0 + (ok ? t : 0);
     mma::cp_async16(dq + t * kLdK + s * 8, src.q + r * src.q_rs + s * 8, ok);
     mma::cp_async16(dk + t * kLdK + s * 8, src.k + r * src.k_rs + s * 8, ok);
   }
   for (int e = gt; e < kC * (VS / 8); e += kGroupThreads) {
     const int t = e / (VS / 8), s = e % (VS / 8);
     const bool ok = t < n;
-    mma::cp_async16(dv + t * L::kLdV + s * 8, src.v + row(ok ? t : 0) * src.v_rs + s * 8, ok);
-  }
-  if constexpr (kFused) {
-    TAct* hist = s16 + L::kHist + buf * kHistRows * L::kNCh;
-    const TAct* pool = static_cast<const TAct*>(p.conv.state) + slot0 * p.conv.slot_stride;
-    for (int e = gt; e < kHistRows * (L::kNCh / 8); e += kGroupThreads) {
-      const int j = e / (L::kNCh / 8), col = 8 * (e % (L::kNCh / 8));
-      const ChunkCol<TAct> cc = chunk_col(src, col);
-      const bool ok = j < W - 1 && (!first || init);
-      const TAct* from = first ? pool + static_cast<int64_t>(j) * p.conv.D + cc.c : cc.src + hrow[j] * src.q_rs;
-      mma::cp_async16(hist + j * L::kNCh + col, ok ? from : pool, ok);
-    }
+    mma::cp_async16(dv + t * L::kLdV + s * 8, src.v + (lt0 + (ok ? t : 0)) * src.v_rs + s * 8, ok);
   }
   mma::cp_async_commit();
   uint32_t ra = 0u, rb = 0u;
   if (gt < kC) {
-    const int64_t r = row(gt < n ? gt : 0);
+    const int64_t r = p.fused ? crow[gt] : lt0 + (gt < n ? gt : 0);
     ra = load_raw(src.a, p.a_dtype, r * src.a_rs + src.a_off, gt < n);
     rb = load_raw(src.b, p.b_dtype, r * src.b_rs + src.b_off, gt < n);
   }
@@ -164,10 +56,6 @@ __device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc
     cvv.beta[gt] = raw_float(rb, p.b_dtype);
   }
   mma::bar_sync(bar, kGroupThreads);
-  if constexpr (kFused) {
-    conv_tiles<TAct, VS>(p, src, s16, buf, n, gt, bar);
-    mma::bar_sync(bar, kGroupThreads);
-  }
 }
 
 // The (row block, column block) tiles of P and L each producer warp computes: 10 tiles, 3/3/2/2

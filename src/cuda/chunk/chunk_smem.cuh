@@ -3,7 +3,6 @@
 #include "cuda/chunk/chunk.h"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/rec_common.cuh"
-#include "cuda/conv/conv_channel.cuh"
 
 namespace gdn::cuda::chunk {
 
@@ -15,7 +14,6 @@ constexpr int kLdB = 16 + 8;  // of the 16 x 16 blocks D and M
 // Named barriers: a buffer's inputs are ready (kFull + buf) / consumed (kEmpty + buf), both groups;
 // within the producer group, within the consumer group.
 constexpr int kFull = 1, kEmpty = 3, kProd = 5, kCons = 6;
-constexpr int kHistRows = kMaxW - 1;  // conv window rows before a chunk (fused)
 
 // Shared memory: 16-bit tiles (element offsets), then floats. [2]: one per chunk in flight.
 template <int VS>
@@ -35,49 +33,43 @@ struct Layout {
   static constexpr int kDv = kDk + 4 * 16 * kLdB;  // [4][16][kLdB] D_b diag(beta)
   static constexpr int kDn = kDv + 4 * 16 * kLdB;  // [4][16][kLdB] -D_b
   static constexpr int kM = kDn + 4 * 16 * kLdB;   // [6][16][kLdB] M_bm = -D_b L_bm, index b (b - 1) / 2 + m
-  static constexpr int kNCh = 2 * kK + VS;         // conv channels of a block (fused): q, k, its v columns
-  static constexpr int kHist = kM + 6 * 16 * kLdB;  // [2][kHistRows][kNCh] conv inputs before the chunk (fused)
-  static constexpr int k16 = kHist + 2 * kHistRows * kNCh;
+  static constexpr int k16 = kM + 6 * 16 * kLdB;
   static constexpr int kLd = 0;                    // [4][16][17] diagonal blocks of L, float (producers)
   static constexpr int kVec = kLd + 4 * 16 * 17;   // [2][4][kC]: G (cumulative log decay), beta, scale / |q|, 1 / |k|
   static constexpr int kF = kVec + 2 * 4 * kC;
-  // int64 after the floats (fused): [2][kC + kHistRows] the chunk's token rows, then the rows before it
+  // int64 after the floats (fused): [2][kC] the chunk tokens' global rows
   static constexpr size_t kRowsAt = static_cast<size_t>(k16) * 2 + static_cast<size_t>(kF) * 4;
-  static constexpr size_t kBytes = kRowsAt + 2 * (kC + kHistRows) * sizeof(int64_t);
+  static constexpr size_t kBytes = kRowsAt + 2 * kC * sizeof(int64_t);
   static_assert(kBytes <= 232448, "fits the opt-in shared memory of sm_90");
   static_assert(k16 % 8 == 0 && kRowsAt % 8 == 0, "the float area starts 16-byte aligned, the rows 8-byte aligned");
 };
 
-// Where a block's inputs are: q and k of its key head, v of its value columns (row r: base + r * rs),
-// a and b of its value head (element r * rs + off). Primitive op: the q/k/v/a/b tensors; fused: the
-// projections' columns of the conv channels (the conv applied in shared memory) and of a, b.
+// Where a block's inputs are: q and k of its key head, v of its value columns (local token t:
+// base + t * rs), a and b of its value head (element r * rs + off at row r). Primitive op: the
+// q/k/v/a/b tensors; fused: q, k, v in the conv's buffer (src.q, [local tokens, D] in the conv
+// channel order, conv_rows.cu), a and b in the projections' columns (global rows).
 template <typename TAct>
 struct ChunkSrc {
   const TAct *q, *k, *v;
   int64_t q_rs, k_rs, v_rs;
   const void *a, *b;
   int64_t a_rs, b_rs, a_off, b_off;
-  int chq, chk, chv;  // fused: conv channels of q[0], k[0], v[0]
 };
 template <typename TAct>
 __device__ __forceinline__ ChunkSrc<TAct> chunk_src(const ChunkParams& p, int h, int hv, int v0) {
   ChunkSrc<TAct> s;
   if (p.fused) {
     const rules::ProjLayout& L = p.src.proj;
-    s.chq = h * p.K;
-    s.chk = L.H * p.K + h * p.K;
-    s.chv = 2 * L.H * p.K + hv * p.V + v0;
-    const TAct* x = static_cast<const TAct*>(p.src.qkvz);
-    s.q = x + L.conv_col(s.chq);
-    s.k = x + L.conv_col(s.chk);
-    s.v = x + L.conv_col(s.chv);
-    s.q_rs = s.k_rs = s.v_rs = p.src.qkvz_rs;
+    const TAct* x = static_cast<const TAct*>(p.src.q);
+    s.q = x + static_cast<int64_t>(h) * p.K;
+    s.k = x + (L.H + h) * p.K;
+    s.v = x + 2 * L.H * p.K + static_cast<int64_t>(hv) * p.V + v0;
+    s.q_rs = s.k_rs = s.v_rs = p.src.q_rs;
     s.a = s.b = p.src.ba;
     s.a_rs = s.b_rs = p.src.ba_rs;
     s.a_off = L.a_col(hv);
     s.b_off = L.b_col(hv);
   } else {
-    s.chq = s.chk = s.chv = 0;
     s.q = static_cast<const TAct*>(p.src.q) + static_cast<int64_t>(h) * p.K;
     s.k = static_cast<const TAct*>(p.src.k) + static_cast<int64_t>(h) * p.K;
     s.v = static_cast<const TAct*>(p.src.v) + static_cast<int64_t>(hv) * p.V + v0;

@@ -56,6 +56,10 @@ struct StepParams {
   int64_t null_id = 0;
   void* z = nullptr;  // gdn_attention only: z copy
   int64_t z_rs = 0;
+  // gdn_attention with the chunk kernel beside its step: when group 0's offsets are non-decreasing
+  // (ordered_offsets), its sequences of at least chunk_from tokens are the chunk kernel's (their conv
+  // by conv_rows.cu), and the two-launch step skips them.
+  int64_t chunk_from = INT64_MAX;
   // The launch has verify sequences with per-token conv windows: the one-launch steps then run
   // their per-token instances.
   __host__ __device__ bool per_token_verify() const { return conv_per_token && group[1].n > 0; }
@@ -81,9 +85,6 @@ struct RecurrentParams : StepParams {
   int H = 0, HV = 0, K = 0, V = 0, r = 1;
   float scale = 1.f;
   bool early_meta = false;  // the register kernels read the metadata before pdl_start() (metadata_ready_early)
-  // gdn_attention with the chunk kernel beside its step: the non-spec sequences of at least
-  // chunk_from tokens are the chunk kernel's, and the two-launch step skips them.
-  int64_t chunk_from = INT64_MAX;
 };
 // The primitive op's tokens (both groups' local token bounds), and whether a batch of nseq sequences
 // has on average 2 or more of them per sequence (verify-like: the planner's problem, launch.cuh).

@@ -257,6 +257,15 @@ __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot
   }
 }
 
+// Whether group g's offsets qsl[0..n] never decrease, so that its sequences' token ranges are
+// disjoint (gdn_attention gives the chunk kernel its long prefills only then). Every thread of the
+// block calls it.
+__device__ __forceinline__ bool ordered_offsets(const GroupMeta& g) {
+  bool ok = true;
+  for (int64_t i = threadIdx.x; i < g.n; i += blockDim.x) ok &= g.qsl(i) <= g.qsl(i + 1);
+  return __syncthreads_and(ok);
+}
+
 // Global row of local token j of a group (-1 when outside the buffer).
 __device__ __forceinline__ int64_t global_row(const GroupMeta& g, int64_t j, int64_t num_rows) {
   const int64_t r = g.token_indx.present() ? g.token_indx(j) : j;

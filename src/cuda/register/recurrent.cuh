@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
   const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
   const SeqInfo si = start_seq(p, g, i, kFused);  // pdl_start() here
   const auto tr = si.tr;
-  if (tr.len == 0 || (kFused && !g.spec && tr.len >= p.chunk_from)) return;  // none, or the chunk kernel's
+  if (tr.len == 0 || (kFused && !g.spec && tr.len >= p.chunk_from && ordered_offsets(g))) return;  // the chunk kernel's
 
   // The state rows, requested before anything else (both slots are in the pool, so the loads are
   // safe even if a token row later makes the sequence padding).

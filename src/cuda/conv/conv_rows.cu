@@ -1,0 +1,134 @@
+// The causal conv of gdn_attention's long prefills (the chunk kernel's sequences: non-spec, at least
+// chunk_from tokens) into a [group 0's local tokens, D] buffer in the conv channel order, which the
+// chunk kernel then reads as its q, k and v (docs/contract.md §3; the taps summed as conv_channel
+// does). Token-parallel: a thread computes 8 adjacent channels (one 16-byte vector) of 16
+// consecutive local tokens, from every input row the tokens' taps need (loaded first, all in flight)
+// and, for a sequence's first W - 1 tokens, its conv window in the pool. Rows of other tokens (short
+// sequences, padding, gaps between sequences) are left as they are; the conv pool and z are the
+// conv kernel's (conv.cu), after the recurrences.
+//   grid = (ceil(D / 1024), ceil(limit / 16)), block = 128
+#include "cuda/common/rec_common.cuh"
+#include "cuda/conv/conv.h"
+#include "cuda/conv/conv_channel.cuh"
+
+namespace gdn::cuda {
+namespace {
+
+constexpr int kRowThreads = 128, kRowTokens = 16, kVec = 8;
+
+// One sequence of group 0 as the conv needs it.
+struct RowSeq {
+  int64_t i = -1, begin = 0, end = 0;
+  int64_t window = -1;  // element offset of rows 0..W-2 of its conv slot in the pool (-1: zeros, no initial state)
+  bool chunk = false;            // a usable sequence of the chunk kernel
+};
+
+__device__ __forceinline__ RowSeq row_seq(const ConvParams& p, int64_t i) {
+  const GroupMeta& g = p.group[0];
+  RowSeq s;
+  s.i = i;
+  const rules::TokenRange tr = rules::token_range(g.qsl(i), g.qsl(i + 1), g.limit);
+  s.begin = tr.begin;
+  s.end = tr.begin + tr.len;
+  const int64_t slot = g.slots(i, 0);
+  s.chunk = tr.len >= p.chunk_from && rules::slot_valid(slot, p.conv.num_slots, p.has_null, p.null_id);
+  const bool init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
+  if (s.chunk && init) s.window = slot * p.conv.slot_stride;
+  return s;
+}
+
+template <typename TAct, int W>
+__global__ void __launch_bounds__(kRowThreads) conv_rows_kernel(const __grid_constant__ ConvParams p) {
+  static_assert(sizeof(TAct) == 2, "16-bit activations (the chunk kernel's)");
+  pdl_start();
+  const GroupMeta& g = p.group[0];
+  const ConvRef& cv = p.conv;
+  const int c0 = (blockIdx.x * kRowThreads + threadIdx.x) * kVec;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kRowTokens;
+  if (c0 >= cv.D || g.n == 0) return;
+  const int col = p.src.proj.conv_col(c0);  // 8 channels from c0: contiguous columns (runs of 8k)
+
+  // Every input row the tile's taps may read: local tokens j0 - (W - 1) .. j0 + 15 (zeros outside
+  // the buffer: such a sequence is padding for the chunk kernel, which writes zeros).
+  constexpr int kPos = kRowTokens + W - 1;
+  uint4 x[kPos];
+#pragma unroll
+  for (int s = 0; s < kPos; ++s) {
+    const int64_t u = j0 - (W - 1) + s;
+    const int64_t r = u >= 0 && u < g.limit ? global_row(g, u, p.src.num_actual_tokens) : -1;
+    x[s] = r >= 0 ? *reinterpret_cast<const uint4*>(static_cast<const TAct*>(p.src.qkvz) + r * p.src.qkvz_rs + col)
+                  : make_uint4(0, 0, 0, 0);
+  }
+  float w[kVec][W], bias[kVec];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[e][k] = to_float(static_cast<const TAct*>(cv.weight)[(c0 + e) * cv.weight_rs + k]);
+    bias[e] = cv.bias ? to_float(static_cast<const TAct*>(cv.bias)[c0 + e]) : 0.f;
+  }
+
+  // The sequence of j0: the last one beginning at or before it (offsets non-decreasing; otherwise
+  // the chunk kernel takes none of these rows and any answer is harmless).
+  int64_t lo = 0, hi = g.n - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (rules::token_range(g.qsl(mid), g.qsl(mid), g.limit).begin <= j0) lo = mid;
+    else hi = mid - 1;
+  }
+  RowSeq sq = row_seq(p, lo);
+  TAct* y = static_cast<TAct*>(p.y);
+#pragma unroll
+  for (int t = 0; t < kRowTokens; ++t) {
+    const int64_t j = j0 + t;
+    while (j >= sq.end && sq.i + 1 < g.n) sq = row_seq(p, sq.i + 1);
+    if (!sq.chunk || j < sq.begin || j >= sq.end) continue;
+    float acc[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] = bias[e];
+#pragma unroll
+    for (int k = 0; k < W; ++k) {  // tap u = j - (W - 1) + k, oldest first
+      const int64_t u = j - (W - 1) + k;
+      uint4 in = x[t + k];
+      if (u < sq.begin)  // before the sequence: row (W - 1) - (begin - u) of its window
+        in = sq.window >= 0 ? *reinterpret_cast<const uint4*>(static_cast<const TAct*>(cv.state) + sq.window +
+                                                              (W - 1 - (sq.begin - u)) * cv.D + c0)
+                            : make_uint4(0, 0, 0, 0);
+      const TAct* v = reinterpret_cast<const TAct*>(&in);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[e] += w[e][k] * to_float(v[e]);
+    }
+    uint4 out;
+    TAct* o = reinterpret_cast<TAct*>(&out);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) o[e] = from_float<TAct>(cv.silu ? silu(acc[e]) : acc[e]);
+    *reinterpret_cast<uint4*>(y + j * p.y_rs + c0) = out;
+  }
+}
+
+template <typename TAct>
+Status launch_rows(const ConvParams& p, cudaStream_t stream) {
+  const GroupMeta& g = p.group[0];
+  if (g.n == 0 || g.limit == 0) return Status::Ok();
+  const dim3 grid(static_cast<unsigned>((p.conv.D + kRowThreads * kVec - 1) / (kRowThreads * kVec)),
+                  static_cast<unsigned>((g.limit + kRowTokens - 1) / kRowTokens));
+  Launch launch(grid, kRowThreads, 0, stream);
+  switch (p.conv.W) {
+    case 2: return launch(conv_rows_kernel<TAct, 2>, p);
+    case 3: return launch(conv_rows_kernel<TAct, 3>, p);
+    case 4: return launch(conv_rows_kernel<TAct, 4>, p);
+    case 5: return launch(conv_rows_kernel<TAct, 5>, p);
+    default: return Status::Error("unsupported conv width " + std::to_string(p.conv.W) + ": supported {2, 3, 4, 5}");
+  }
+}
+
+}  // namespace
+
+Status launch_conv_rows(const ConvParams& p, DType act, cudaStream_t stream) {
+  switch (act) {
+    case DType::kBFloat16: return launch_rows<__nv_bfloat16>(p, stream);
+    case DType::kFloat16: return launch_rows<__half>(p, stream);
+    default: return Status::Error(std::string("conv rows: unsupported activation dtype ") + dtype_name(act));
+  }
+}
+
+}  // namespace gdn::cuda
