@@ -1,14 +1,15 @@
 """Finds and loads the extension libgdn_torch.so (TORCH_LIBRARY(gdn, ...)).
 
-Search order:
-  1. the environment variable GDN_TORCH_LIB (the file, or a folder holding it) — when set, it must
-     be right: nothing else is tried;
-  2. next to this package (where ``pip install .`` puts it);
-  3. the build folders of the source tree this package sits in: build-torch/lib, build/lib, then
+Nothing is loaded when the process has already registered the ops (for example by
+``torch.ops.load_library(path)`` before the import, which is how a build elsewhere is chosen).
+Otherwise ``load_library(path)`` loads the given file (or the file in the given folder), and
+without a path it searches:
+  1. next to this package (where ``pip install .`` puts it);
+  2. the build folders of the source tree this package sits in: build-torch/lib, build/lib, then
      any other build*/lib, newest first.
+The package reads no environment variable.
 """
 
-import os
 from pathlib import Path
 
 import torch
@@ -46,26 +47,27 @@ def library_path():
     return _loaded_path
 
 
-def load_library():
-    """Loads the extension once; returns its path. Raises ImportError when it cannot be found."""
+def load_library(path=None):
+    """Loads the extension once; returns its path (None when the ops were registered by someone
+    else). path: the library file or a folder holding it; None: the search above. Raises
+    ImportError when it cannot be found."""
     global _loaded_path
     if _loaded_path is not None or _already_registered():
         return _loaded_path
-    env = os.environ.get("GDN_TORCH_LIB")
-    if env:
-        path = Path(env)
-        if path.is_dir():
-            path = path / LIBRARY_NAME
-        if not path.is_file():
-            raise ImportError(f"gdn_kernels: GDN_TORCH_LIB={env} does not name {LIBRARY_NAME} or a folder holding it")
-        candidates = [path]
+    if path is not None:
+        p = Path(path)
+        if p.is_dir():
+            p = p / LIBRARY_NAME
+        if not p.is_file():
+            raise ImportError(f"gdn_kernels: {path} does not name {LIBRARY_NAME} or a folder holding it")
+        candidates = [p]
     else:
         candidates = [p for p in _candidates() if p.is_file()]
     if not candidates:
         raise ImportError(
             f"gdn_kernels: {LIBRARY_NAME} not found next to the package or in the source tree's build "
             "folders; build it (make test-python, or cmake -DGDN_BUILD_TORCH=ON and build target gdn_torch), "
-            "install the package (pip install .), or set GDN_TORCH_LIB"
+            "install the package (pip install .), or load it first with torch.ops.load_library(path)"
         )
     torch.ops.load_library(str(candidates[0]))
     _loaded_path = str(candidates[0])
