@@ -107,6 +107,17 @@ void expect_like_cpu(const AttnProblem& got, const Buf& core_g, const Buf& z_g, 
       << "write outside a buffer";
 }
 
+// p on `cuda` and on the CPU, from the same inputs and zeroed outputs: expect_like_cpu.
+void expect_cuda_like_cpu(const Backend& cuda, const AttnProblem& p) {
+  AttnProblem pc = p, pr = p;
+  Buf core_c, z_c, core_r, z_r;
+  make_outputs(p, &core_c, &z_c, 0);
+  make_outputs(p, &core_r, &z_r, 0);
+  PROP_ASSERT_OK(run_attention(cuda, pc, core_c, z_c));
+  PROP_ASSERT_OK(run_attention(Backend::kCPU, pr, core_r, z_r));
+  expect_like_cpu(pc, core_c, z_c, pr, core_r, z_r);
+}
+
 class CudaAttentionChunk : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaAttentionChunk, MixedBatchEqualsTheCpu) {
@@ -116,13 +127,7 @@ TEST_P(CudaAttentionChunk, MixedBatchEqualsTheCpu) {
   Rng r(71);
   AttnProblem p = make_problem(c.act, c.ssm, c.layout, r);
   SCOPED_TRACE(describe(p));
-  AttnProblem pc = p, pr = p;
-  Buf core_c, z_c, core_r, z_r;
-  make_outputs(p, &core_c, &z_c, 0);
-  make_outputs(p, &core_r, &z_r, 0);
-  PROP_ASSERT_OK(run_attention(cuda, pc, core_c, z_c));
-  PROP_ASSERT_OK(run_attention(Backend::kCPU, pr, core_r, z_r));
-  expect_like_cpu(pc, core_c, z_c, pr, core_r, z_r);
+  expect_cuda_like_cpu(cuda, p);
 }
 
 TEST_P(CudaAttentionChunk, IdenticalBytesRunAfterRun) {
@@ -159,13 +164,7 @@ TEST(CudaAttentionChunkOffsets, DecreasingOffsetsTakeTheStep) {
   fill_attention_data(p, r);
   const int64_t n = p.ns_qsl.numel() - 1;
   p.ns_qsl.seti(n, p.ns_qsl.geti(n - 1) - 1);  // the trailing empty sequence as a decreasing pair
-  AttnProblem pc = p, pr = p;
-  Buf core_c, z_c, core_r, z_r;
-  make_outputs(p, &core_c, &z_c, 0);
-  make_outputs(p, &core_r, &z_r, 0);
-  PROP_ASSERT_OK(run_attention(cuda, pc, core_c, z_c));
-  PROP_ASSERT_OK(run_attention(Backend::kCPU, pr, core_r, z_r));
-  expect_like_cpu(pc, core_c, z_c, pr, core_r, z_r);
+  expect_cuda_like_cpu(cuda, p);
 }
 
 // One prefill of n tokens (rows `first`.. of `full`'s projections) on slot 1 of pools `from`.
