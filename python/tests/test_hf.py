@@ -9,7 +9,8 @@
   attributes): what is patched, that disable restores it, and the errors.
 * With transformers installed: tiny random Qwen3-Next and Qwen3.5 models built in code, float32 on
   the CPU: logits of a prompt and of greedy decoding with gdn-kernels against the model's own torch
-  path (relative max error 1e-3: float32 sums in another order), and the same greedy tokens; bf16 on
+  path (relative max error 1e-3: float32 sums in another order), and the same greedy tokens, for one
+  prompt and for a left-padded batch of two (attention_mask); bf16 on
   CUDA with 128-wide heads: prompt and teacher-forced decode logits (relative max error 3e-2).
 """
 
@@ -203,6 +204,30 @@ def test_tiny_models_against_their_torch_path():
         err = ((logits - ref_logits).abs().max() / ref_logits.abs().max()).item()
         assert err <= 1e-3, f"{name}: prompt logits, relative max error {err}"
         assert torch.equal(tokens, ref_tokens), f"{name}: greedy tokens differ"
+
+
+def test_tiny_models_padded_batch_against_their_torch_path():
+    """A batch of two prompts, the second left-padded by 4 (attention_mask): the logits of the
+    unmasked positions and the greedy tokens, as above."""
+    for name, build in tiny_models():
+        torch.manual_seed(1)
+        model = build().eval()
+        prompt = torch.randint(1, 99, (2, 12))
+        mask = torch.ones(2, 12, dtype=torch.long)
+        mask[1, :4] = 0
+        with torch.no_grad():
+            ref_logits = model(prompt, attention_mask=mask).logits
+            ref_tokens = model.generate(prompt, attention_mask=mask, max_new_tokens=8, do_sample=False)
+            h = hf.enable(model)
+            try:
+                logits = model(prompt, attention_mask=mask).logits
+                tokens = model.generate(prompt, attention_mask=mask, max_new_tokens=8, do_sample=False)
+            finally:
+                h.disable()
+        valid = mask.bool()
+        err = ((logits[valid] - ref_logits[valid]).abs().max() / ref_logits[valid].abs().max()).item()
+        assert err <= 1e-3, f"{name}: padded batch logits, relative max error {err}"
+        assert torch.equal(tokens, ref_tokens), f"{name}: padded batch greedy tokens differ"
 
 
 def teacher_forced_logits(model, prompt, tokens):
