@@ -359,7 +359,7 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
     auto s = static_cast<cudaStream_t>(stream);
     bool one_launch = false;
     if (chunk.chunk) {  // the long prefills: their conv into a buffer, then the chunk kernel; the rest in the step
-      rp.chunk_from = chunk.from;
+      rp.chunk_from = cp.chunk_from = chunk.from;  // what each launch below reads of the split
       const int64_t rows = step.group[0].limit;
       void* ws = nullptr;  // [group 0's local tokens, D]: allocated before anything is written
       GDN_RETURN_IF_ERROR(workspace_alloc(dev, static_cast<size_t>(rows * L.D) * dtype_size(act), s, &ws));
@@ -367,7 +367,6 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
         GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true,
                                                  plan::Override{plan::Path::kStepTwoLaunches}, s, &one_launch));
         ConvParams rows_p = cp;
-        rows_p.chunk_from = chunk.from;
         rows_p.y = ws;
         rows_p.y_rs = L.D;
         GDN_RETURN_IF_ERROR(launch_conv_rows(rows_p, act, s));

@@ -20,7 +20,7 @@ constexpr int kRowThreads = 128, kRowTokens = 16, kVec = 8;
 struct RowSeq {
   int64_t i = -1, begin = 0, end = 0;
   int64_t window = -1;  // element offset of rows 0..W-2 of its conv slot in the pool (-1: zeros, no initial state)
-  bool chunk = false;            // a usable sequence of the chunk kernel
+  bool chunk = false;   // a usable sequence of the chunk kernel
 };
 
 __device__ __forceinline__ RowSeq row_seq(const ConvParams& p, int64_t i) {
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kRowThreads) conv_rows_kernel(const __grid_con
   int64_t lo = 0, hi = g.n - 1;
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
-    if (rules::token_range(g.qsl(mid), g.qsl(mid), g.limit).begin <= j0) lo = mid;
+    if (rules::clamp64(g.qsl(mid), 0, g.limit) <= j0) lo = mid;  // its begin, as token_range clamps it
     else hi = mid - 1;
   }
   RowSeq sq = row_seq(p, lo);
