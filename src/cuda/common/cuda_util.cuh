@@ -126,6 +126,9 @@ inline bool aligned16(const void* ptr, int64_t row_stride, size_t es) {
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
+// silu with the fast exponential and division (a few ulp of float32): for values that are rounded
+// to 16 bits and feed only tensor-core products (the chunk kernel's inputs).
+__device__ __forceinline__ float silu_fast(float x) { return __fdividef(x, 1.f + __expf(-x)); }
 
 // Programmatic dependent launch (sm_90+). Every kernel of this backend starts with pdl_start():
 // griddepcontrol.wait blocks until the stream's previous kernel has completed and its writes are

@@ -3,7 +3,9 @@
 // chunk kernel then reads as its q, k and v (docs/contract.md §3; the taps summed as conv_channel
 // does). Token-parallel: a thread computes 8 adjacent channels (one 16-byte vector) of 16
 // consecutive local tokens, from every input row the tokens' taps need (loaded first, all in flight)
-// and, for a sequence's first W - 1 tokens, its conv window in the pool. Rows of other tokens (short
+// and, for a sequence's first W - 1 tokens, its conv window in the pool; silu with the fast
+// exponential and division (the outputs are rounded to 16 bits and feed only the chunk kernel's
+// tensor-core products). Rows of other tokens (short
 // sequences, padding, gaps between sequences) are left as they are; the conv pool and z are the
 // conv kernel's (conv.cu), after the recurrences.
 //   grid = (ceil(D / 1024), ceil(limit / 16)), block = 128
@@ -60,11 +62,31 @@ __global__ void __launch_bounds__(kRowThreads) conv_rows_kernel(const __grid_con
                   : make_uint4(0, 0, 0, 0);
   }
   float w[kVec][W], bias[kVec];
+  const TAct* wt = static_cast<const TAct*>(cv.weight) + static_cast<int64_t>(c0) * cv.weight_rs;
+  if (W == 4 && cv.weight_rs == 4 && (reinterpret_cast<uintptr_t>(wt) & 15) == 0) {
+    // the 8 channels' taps are 64 contiguous bytes: four vectors, tap k of channel e at 4 e + k
+    uint4 wv[4];
 #pragma unroll
-  for (int e = 0; e < kVec; ++e) {
+    for (int q = 0; q < 4; ++q) wv[q] = reinterpret_cast<const uint4*>(wt)[q];
+    const TAct* we = reinterpret_cast<const TAct*>(wv);
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[e][k] = to_float(static_cast<const TAct*>(cv.weight)[(c0 + e) * cv.weight_rs + k]);
-    bias[e] = cv.bias ? to_float(static_cast<const TAct*>(cv.bias)[c0 + e]) : 0.f;
+    for (int e = 0; e < kVec; ++e)
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[e][k] = to_float(we[4 * e + k]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e)
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[e][k] = to_float(wt[e * cv.weight_rs + k]);
+  }
+  const TAct* bs = static_cast<const TAct*>(cv.bias);
+  if (bs && (reinterpret_cast<uintptr_t>(bs + c0) & 15) == 0) {
+    const uint4 bv = *reinterpret_cast<const uint4*>(bs + c0);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) bias[e] = to_float(reinterpret_cast<const TAct*>(&bv)[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) bias[e] = bs ? to_float(bs[c0 + e]) : 0.f;
   }
 
   // The sequence of j0: the last one beginning at or before it (offsets non-decreasing; otherwise
@@ -100,7 +122,7 @@ __global__ void __launch_bounds__(kRowThreads) conv_rows_kernel(const __grid_con
     uint4 out;
     TAct* o = reinterpret_cast<TAct*>(&out);
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) o[e] = from_float<TAct>(cv.silu ? silu(acc[e]) : acc[e]);
+    for (int e = 0; e < kVec; ++e) o[e] = from_float<TAct>(cv.silu ? silu_fast(acc[e]) : acc[e]);
     *reinterpret_cast<uint4*>(y + j * p.y_rs + c0) = out;
   }
 }
