@@ -83,7 +83,9 @@ def causal_conv1d_update(hidden_states: Tensor, conv_state: Tensor, weight: Tens
     if state_len < W - 1:
         raise ValueError(f"gdn_kernels.hf: conv_state holds {state_len} inputs, the conv needs {W - 1}")
     qsl, slots = _batch_meta(B, T, hidden_states.device)
-    pool = conv_state[:, :, state_len - (W - 1):].transpose(1, 2).contiguous()  # [B, W - 1, D], oldest first
+    # [B, W - 1, D], oldest first: a copy, also where the transposed slice is already contiguous (a
+    # channels-last cache), so that the op's in-place window update does not reach conv_state
+    pool = conv_state[:, :, state_len - (W - 1):].transpose(1, 2).clone(memory_format=torch.contiguous_format)
     y = _ops.causal_conv1d_update(_rows(hidden_states), weight.contiguous(), bias, conv_state=pool, query_start_loc=qsl,
                              state_indices=slots, activation=_activation(activation))
     conv_state.copy_(torch.cat([conv_state, hidden_states.to(conv_state.dtype)], dim=-1)[:, :, -state_len:])

@@ -48,12 +48,15 @@ def test_conv_fn(silu, with_bias):
     torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("state_len", [3, 4, 6])
 @pytest.mark.parametrize("T", [1, 3])
-def test_conv_update(state_len, T):
+def test_conv_update(state_len, T, channels_last):
     g = torch.Generator().manual_seed(2)
     B, D, W = 2, 16, 4
-    state = torch.randn(B, D, state_len, generator=g)
+    # channels_last: a cache [B, D, state_len] whose last W - 1 inputs, transposed, are contiguous
+    state = (torch.randn(B, state_len, D, generator=g).transpose(1, 2) if channels_last
+             else torch.randn(B, D, state_len, generator=g))
     x = torch.randn(B, D, T, generator=g)
     w = torch.randn(D, W, generator=g) * 0.5
     b = torch.randn(D, generator=g) * 0.2

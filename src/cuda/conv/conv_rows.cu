@@ -1,14 +1,15 @@
 // The causal conv of gdn_attention's long prefills (the chunk kernel's sequences: non-spec, at least
 // chunk_from tokens) into a [group 0's local tokens, D] buffer in the conv channel order, which the
 // chunk kernel then reads as its q, k and v (docs/contract.md §3; the taps summed as conv_channel
-// does). Token-parallel: a thread computes 8 adjacent channels (one 16-byte vector) of 16
-// consecutive local tokens, from every input row the tokens' taps need (loaded first, all in flight)
-// and, for a sequence's first W - 1 tokens, its conv window in the pool; silu with the fast
-// exponential and division (the outputs are rounded to 16 bits and feed only the chunk kernel's
-// tensor-core products). Rows of other tokens (short
-// sequences, padding, gaps between sequences) are left as they are; the conv pool and z are the
-// conv kernel's (conv.cu), after the recurrences.
-//   grid = (ceil(D / 1024), ceil(limit / 16)), block = 128
+// does). Token-parallel: a thread computes 8 adjacent channels (one 16-byte vector) of 8
+// consecutive local tokens, from every input row the tokens' taps need (loaded first, all in
+// flight; each converted to float once) and, for a sequence's first W - 1 tokens, its conv window in
+// the pool; silu with the fast exponential and division (the outputs are rounded to 16 bits and feed
+// only the chunk kernel's tensor-core products). 128 registers, four blocks per SM: more loads in
+// flight per SM than 16 tokens per thread at 175 registers. Rows of other tokens (short sequences,
+// padding, gaps between sequences) are left as they are; the conv pool and z are the conv kernel's
+// (conv.cu), after the recurrences.
+//   grid = (ceil(D / 1024), ceil(limit / 8)), block = 128
 #include "cuda/common/rec_common.cuh"
 #include "cuda/conv/conv.h"
 #include "cuda/conv/conv_channel.cuh"
@@ -16,7 +17,7 @@
 namespace gdn::cuda {
 namespace {
 
-constexpr int kRowThreads = 128, kRowTokens = 16, kVec = 8;
+constexpr int kRowThreads = 128, kRowTokens = 8, kVec = 8;
 
 // One sequence of group 0 as the conv needs it.
 struct RowSeq {
@@ -40,7 +41,7 @@ __device__ __forceinline__ RowSeq row_seq(const ConvParams& p, int64_t i) {
 }
 
 template <typename TAct, int W>
-__global__ void __launch_bounds__(kRowThreads) conv_rows_kernel(const __grid_constant__ ConvParams p) {
+__global__ void __launch_bounds__(kRowThreads, 4) conv_rows_kernel(const __grid_constant__ ConvParams p) {
   static_assert(sizeof(TAct) == 2, "16-bit activations (the chunk kernel's)");
   pdl_start();
   const GroupMeta& g = p.group[0];
@@ -97,33 +98,49 @@ __global__ void __launch_bounds__(kRowThreads) conv_rows_kernel(const __grid_con
     if (rules::clamp64(g.qsl(mid), 0, g.limit) <= j0) lo = mid;  // its begin, as token_range clamps it
     else hi = mid - 1;
   }
-  RowSeq sq = row_seq(p, lo);
   TAct* y = static_cast<TAct*>(p.y);
+  const TAct* pool = static_cast<const TAct*>(cv.state);
+  // The tile's sequences in order (one, but where a sequence begins or ends inside the tile): the
+  // input rows before the sequence replaced by its window (zeros without one) — rows a sequence
+  // before it no longer needs —, then the conv of every tile token, stored for its tokens.
+  for (RowSeq sq = row_seq(p, lo);; sq = row_seq(p, sq.i + 1)) {
+    if (sq.chunk && sq.begin < j0 + kRowTokens && sq.end > j0) {
 #pragma unroll
-  for (int t = 0; t < kRowTokens; ++t) {
-    const int64_t j = j0 + t;
-    while (j >= sq.end && sq.i + 1 < g.n) sq = row_seq(p, sq.i + 1);
-    if (!sq.chunk || j < sq.begin || j >= sq.end) continue;
-    float acc[kVec];
+      for (int s = 0; s < kPos; ++s) {  // tap u before the sequence: row (W - 1) - (begin - u) of its window
+        const int64_t back = sq.begin - (j0 - (W - 1) + s);
+        if (back > 0 && back <= W - 1)
+          x[s] = sq.window >= 0 ? *reinterpret_cast<const uint4*>(pool + sq.window + (W - 1 - back) * cv.D + c0)
+                                : make_uint4(0, 0, 0, 0);
+      }
+      const int tb = static_cast<int>(sq.begin > j0 ? sq.begin - j0 : 0);
+      const int te = static_cast<int>(sq.end < j0 + kRowTokens ? sq.end - j0 : kRowTokens);
+      float f[kPos][kVec];  // input rows as floats, each converted once; W of them live at a time
+      auto unpack = [&](int s) {
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) acc[e] = bias[e];
+        for (int e = 0; e < kVec; ++e) f[s][e] = to_float(reinterpret_cast<const TAct*>(&x[s])[e]);
+      };
 #pragma unroll
-    for (int k = 0; k < W; ++k) {  // tap u = j - (W - 1) + k, oldest first
-      const int64_t u = j - (W - 1) + k;
-      uint4 in = x[t + k];
-      if (u < sq.begin)  // before the sequence: row (W - 1) - (begin - u) of its window
-        in = sq.window >= 0 ? *reinterpret_cast<const uint4*>(static_cast<const TAct*>(cv.state) + sq.window +
-                                                              (W - 1 - (sq.begin - u)) * cv.D + c0)
-                            : make_uint4(0, 0, 0, 0);
-      const TAct* v = reinterpret_cast<const TAct*>(&in);
+      for (int s = 0; s < W - 1; ++s) unpack(s);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) acc[e] += w[e][k] * to_float(v[e]);
+      for (int t = 0; t < kRowTokens; ++t) {
+        unpack(t + W - 1);
+        float acc[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[e] = bias[e];
+#pragma unroll
+        for (int k = 0; k < W; ++k)  // tap u = j - (W - 1) + k, oldest first
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) acc[e] += w[e][k] * f[t + k][e];
+        if (t >= tb && t < te) {
+          uint4 out;
+          TAct* o = reinterpret_cast<TAct*>(&out);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) o[e] = from_float<TAct>(cv.silu ? silu_fast(acc[e]) : acc[e]);
+          *reinterpret_cast<uint4*>(y + (j0 + t) * p.y_rs + c0) = out;
+        }
+      }
     }
-    uint4 out;
-    TAct* o = reinterpret_cast<TAct*>(&out);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) o[e] = from_float<TAct>(cv.silu ? silu_fast(acc[e]) : acc[e]);
-    *reinterpret_cast<uint4*>(y + j * p.y_rs + c0) = out;
+    if (sq.end >= j0 + kRowTokens || sq.i + 1 >= g.n) break;
   }
 }
 
