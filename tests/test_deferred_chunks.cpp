@@ -2,8 +2,9 @@
 //   DeferredChunks.PlansCoverEveryTokenOnce: for random trees (up to 40 nodes, some deeper than a
 //     chunk, hostile parents) every token is emitted exactly once, a chunk holds at most kChunk
 //     nodes in increasing order, its local parents are the tokens' parents (or W's node), and it
-//     is ancestor-closed; a tree of at most kChunk nodes is one chunk; a chain-shaped tree plans
-//     exactly as the chain (linear verify), chunk for chunk.
+//     is ancestor-closed; a tree of at most kChunk nodes is one chunk; W is reset to the committed
+//     state only after a path deeper than a chunk; a chain-shaped tree plans exactly as the chain
+//     (linear verify), chunk for chunk.
 //   DeferredChunks.ModelEqualsTheReference: a float32 model of the kernel built on those plans and
 //     the chunk algebra (per row: two products with W per node, the triangular solution, the advance)
 //     against the CPU reference (docs/contract.md §7) on random batches: linear verify, trees of up
@@ -32,9 +33,9 @@ std::vector<int64_t> random_parents(Rng& r, int64_t T) {
   const int shape = static_cast<int>(r.randint(0, 3));
   for (int64_t t = 0; t < T; ++t) {
     if (t == 0) p[t] = r.coin() ? -1 : 5;
-    else if (shape == 0) p[t] = t - 1;                                   // chain
+    else if (shape == 0) p[t] = t - 1;                                      // chain
     else if (shape == 1) p[t] = r.coin(0.8) ? t - 1 : r.randint(0, t - 1);  // long paths, branches
-    else if (shape == 2) p[t] = r.randint(-1, t - 1);                    // bushy
+    else if (shape == 2) p[t] = r.randint(-1, t - 1);                       // bushy
     else p[t] = r.coin(0.1) ? (r.coin() ? t + 3 : int64_t{1} << 40) : r.randint(0, t - 1);
   }
   return p;
@@ -64,8 +65,11 @@ TEST(DeferredChunks, PlansCoverEveryTokenOnce) {
     const std::vector<ChunkPlan> plans = plan_all(T, &par, false);
     std::vector<int> emitted(T, 0);
     int64_t base = -1;
+    bool deep = false;  // a chunk without output (a path deeper than a chunk) came before
     for (const ChunkPlan& c : plans) {
+      if (c.reset) EXPECT_TRUE(deep) << "the committed state read again without a deep path";
       if (c.reset) base = -1;
+      deep = deep || std::none_of(c.emit, c.emit + c.n, [](bool e) { return e; });
       ASSERT_GE(c.n, 1);
       ASSERT_LE(c.n, kChunk);
       for (int k = 0; k < c.n; ++k) {
@@ -172,7 +176,8 @@ void model_deferred(const GatedDeltaRuleArgs& a) {
         std::vector<NodeIn> in(c.n);
         for (int u = 0; u < c.n; ++u) {
           const float* e = cpu::log_entry(a.verify_log, slot, c.node[u], hv);
-          in[u] = NodeIn{std::vector<float>(e, e + K), {}, std::vector<float>(e + K, e + K + V), e[K + V], e[K + V + 1]};
+          in[u] =
+              NodeIn{std::vector<float>(e, e + K), {}, std::vector<float>(e + K, e + K + V), e[K + V], e[K + V + 1]};
         }
         run_chunk(c, in, false, V, K, W, o);
         if (!more) break;

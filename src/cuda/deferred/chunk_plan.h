@@ -101,16 +101,28 @@ GDN_HD int find_node(const ChunkPlan& c, int64_t u) {
   return -1;
 }
 
+// Whether every token of [from, T) lies below m (walking up its parents reaches m).
+template <typename Par>
+GDN_HD bool below_all(const Par& par, int64_t m, int64_t from, int64_t T) {
+  for (int64_t t = from; t < T; ++t) {
+    int64_t u = t;
+    while (u > m) u = par(u);
+    if (u != m) return false;
+  }
+  return true;
+}
+
 // The step's tokens as a tree (par as above): a chunk is ancestor-closed relative to W, so that
 // every node's state follows from W and the chunk's own nodes. From the first token not emitted,
 // tokens are taken in order with the ancestors the chunk lacks (already emitted, recomputed without
 // output) while they fit. A tree of at most kChunk nodes is therefore one chunk; a larger one
 // takes more, and:
-//   - a chunk that is one path, full, whose last node is the next token's parent, advances W to
-//     that node (a chain-shaped tree is linear verify, chunk for chunk);
-//   - a token whose path from W exceeds kChunk nodes first advances W along that path, kChunk
-//     nodes at a time (chunks without output);
-//   - a token not below W's node resets W to the committed state (reloaded).
+//   - a chunk that is one path, full, whose last node is an ancestor of every token left,
+//     advances W to that node (a chain-shaped tree is linear verify, chunk for chunk);
+//   - a token whose path from W exceeds kChunk nodes (deeper than kChunk) first advances W along
+//     that path, kChunk nodes at a time (chunks without output);
+//   - a token not below W's node then resets W to the committed state (reloaded): only trees with
+//     such deep paths read the state again.
 template <typename Par>
 GDN_HD void plan_tree_chunk(const Par& par, int64_t T, StepCursor& cur, ChunkPlan& c) {
   c.n = 0;
@@ -196,7 +208,7 @@ GDN_HD void plan_tree_chunk(const Par& par, int64_t T, StepCursor& cur, ChunkPla
     c.lp[k] = pu < 0 || pu == cur.base ? -1 : find_node(c, pu);
     path = path && c.lp[k] == k - 1;
   }
-  if (path && t2 < T && par(t2) == c.node[c.n - 1]) {
+  if (path && t2 < T && below_all(par, c.node[c.n - 1], t2, T)) {
     c.adv = c.n - 1;
     cur.base = c.node[c.adv];
   }
