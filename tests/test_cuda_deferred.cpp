@@ -8,8 +8,9 @@
 //     verify step, more verify steps and a final decode, run independently on the CPU and on CUDA:
 //     every step's outputs, the committed states, the written log entries are equal within the
 //     tolerances, other log entries and the null slot untouched. Float32 / bf16 / fp16 activations
-//     and state, both layouts, K 32 / 48 / 128 / 256, V 8 / 16 / 40 / 64 (partial row blocks), head
-//     ratios 1, 2, 4, the gate forms (decay and beta given, no l2 norm, float32 a, b beside bf16 q).
+//     and state, both layouts ("vk" dense, "kv" with a padded slot stride), K 32 / 48 / 64 / 128 / 256,
+//     V 8 / 16 / 40 / 64 (partial row blocks), head ratios 1, 2, 4, the gate forms (decay and beta
+//     given, no l2 norm, float32 a, b beside bf16 q).
 //   CudaDeferred.TreesEqualTheirPaths: a chain-shaped tree is linear verify byte for byte (4 and 20
 //     tokens: one chunk and several); random trees (up to 16 nodes and depth 8, one of 24 nodes,
 //     parents outside [0, t)) equal the CPU's trees, each node equals CUDA linear verify of its
@@ -55,7 +56,8 @@ TEST_P(CudaDeferred, TrajectoriesMatchTheCpu) {
     SCOPED_TRACE(::testing::Message() << "case " << tc.name << " backend " << capture::backend_name(be));
     Rng r(8100 + tc.K + tc.V);
     const double tol = tol_of(tc.act, tc.state);
-    Buf pool_c = make_ssm_pool(tc.state, n, tc.HV, tc.K, tc.V, tc.layout, 3);
+    // "vk" pools dense (the vector loads), "kv" pools with a padded slot stride (element loads)
+    Buf pool_c = make_ssm_pool(tc.state, n, tc.HV, tc.K, tc.V, tc.layout, tc.layout == StateLayout::kKV ? 3 : 0);
     fill_normal(pool_c, r, 1.0);  // garbage: the prefill starts without initial state
     Buf pool_g = pool_c;
     const Buf pool0 = pool_c;

@@ -86,6 +86,13 @@ __device__ __forceinline__ float staged_dot(const float* a, const float* b) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+// The 128-byte lines of [p, p + bytes) towards the L2, lines lane, lane + step, ...
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int lane, int step) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = static_cast<int64_t>(lane) * 128; off < bytes; off += static_cast<int64_t>(step) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+}
+
 // Token t's parent within its sequence (of tokens from `begin`): in [0, t), else -1 (a root).
 __device__ __forceinline__ int64_t token_parent(const DeferredParams& p, int64_t begin, int64_t t) {
   const int64_t par = p.parents(begin + t);
@@ -237,6 +244,16 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
   }
   const int64_t n_rep = si.init ? rules::clamp64(g.num_accepted(i), 0, p.log_cols) : 0;
   const int64_t K = p.K, V = p.V;
+  {  // the first chunk's token inputs towards the L2 (a warp per token), read after the replay
+    const int64_t first = tr.len < C ? tr.len : C;
+    for (int64_t t = warp; t < first; t += Tr::kWarps) {
+      const int64_t row = tr.begin + t;
+      prefetch_l2(q_row<TAct>(p, row, h), K * static_cast<int64_t>(sizeof(TAct)), lane, 32);
+      prefetch_l2(k_row<TAct>(p, row, h), K * static_cast<int64_t>(sizeof(TAct)), lane, 32);
+      const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + hv * V + v0;
+      prefetch_l2(v, (V - v0 < kRows ? V - v0 : kRows) * static_cast<int64_t>(sizeof(TAct)), lane, 32);
+    }
+  }
 
   // 1. the replay: chains of logged rows (k^, v, g, beta as consumed), W advancing
   int64_t j0 = 0;
