@@ -34,7 +34,7 @@ struct Tuning {
   int step_cluster_overlap_seqheads;  // cluster step: programmatic overlap up to this many sequence-heads
 
   // The deferred-commit kernel: its one-warp form while the four-warp form's grid has at most this
-  // many blocks.
+  // many blocks (half the reference card's SMs: a rule of the grid's size, not yet a measurement).
   int deferred_small_blocks;
 
   // The chunked op.
