@@ -9,8 +9,10 @@
 // conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer, verify
 // conv windows in the rolling line) and "fused_per_token" (the same, conv windows per draft slot).
 // "chunked" (gated_delta_rule_chunked: prefill of N sequences of T tokens, --shapes NxT,...; ms,
-// tokens/s, TFLOP/s of the chunk form and % of the dense bf16 tensor-core peak) and
-// "attention_prefill" (the same prefills through gdn_attention: conv, gates, chunk, pools, z).
+// tokens/s, TFLOP/s of the chunk form and % of the dense bf16 tensor-core peak),
+// "attention_prefill" (the same prefills through gdn_attention: conv, gates, chunk, pools, z) and
+// "deferred" (gated_delta_rule_recurrent's deferred-commit mode, bench_deferred.cpp: linear verify
+// of each T of --t, and trees of each node count of --tree, rows "deferred" and "deferred_tree").
 // --path forces a kernel path of the planner (src/cuda/plan/plan.h) where it can run, for A/B runs.
 #include <algorithm>
 #include <cstdio>
@@ -27,82 +29,12 @@
 #include "gdn/ops.h"
 
 #ifdef GDN_WITH_CUDA
-#include <cuda_runtime.h>
 #include <nlohmann/json.hpp>
 
-namespace gdn::bench {
-void sm_copy(const void* src, void* dst, size_t bytes, cudaStream_t stream);
-void fill_random(void* p, size_t bytes, uint32_t seed, int kind, cudaStream_t stream);
-}  // namespace gdn::bench
+#include "bench_common.h"
 
 namespace gdn::cli {
 namespace {
-
-#define BENCH_CHECK(x)                                                                  \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "gdn bench: %s: %s\n", #x, cudaGetErrorString(e_));          \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
-
-struct Model {
-  std::string name;
-  int64_t H, HV, K, V;
-};
-const Model kModels[] = {{"qwen3-next-tp1", 16, 32, 128, 128},
-                         {"qwen3-next-tp4", 4, 8, 128, 128},
-                         {"qwen3.6-27b", 16, 48, 128, 128}};
-
-struct DevBuf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit DevBuf(size_t b) : bytes(b) { BENCH_CHECK(cudaMalloc(&p, std::max<size_t>(b, 16))); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
-
-uint32_t g_seed = 1;
-// Random values into b's first `bytes` (all of it by default), whole 4-byte words.
-void fill(DevBuf& b, DType t, size_t bytes = SIZE_MAX) {
-  bench::fill_random(b.p, std::min(bytes, b.bytes) & ~size_t(3), g_seed++, t == DType::kFloat32 ? 0 : 1, nullptr);
-}
-
-// Times a graph of `calls` launches made by `record(c)`; returns the median us per call.
-template <typename F>
-double time_graph(int calls, int replays, F record) {
-  cudaStream_t s;
-  BENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  BENCH_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int c = 0; c < calls; ++c) record(c, s);
-  BENCH_CHECK(cudaStreamEndCapture(s, &graph));
-  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int w = 0; w < 3; ++w) BENCH_CHECK(cudaGraphLaunch(exec, s));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> us;
-  for (int r = 0; r < replays; ++r) {
-    cudaEventRecord(e0, s);
-    BENCH_CHECK(cudaGraphLaunch(exec, s));
-    cudaEventRecord(e1, s);
-    BENCH_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    us.push_back(ms * 1000.0 / calls);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
 
 double measure_copy_gbps(int replays) {
   const size_t bytes = size_t(1) << 30;
@@ -112,47 +44,12 @@ double measure_copy_gbps(int replays) {
   return 2.0 * bytes / (us * 1e-6) / 1e9;
 }
 
-struct Case {
-  const Model* m;
-  int64_t N, T;
-  DType state;
-  std::string op;
-};
-
-struct Result {
-  double us = 0, gbps = 0, bytes = 0;
-  std::string error;
-};
-
-TensorView dev_view(void* p, DType t, std::initializer_list<int64_t> shape) {
-  return make_view(p, t, shape, Device::kCUDA, 0);
-}
-
 // Index tensors for call c: slots [N] (decode) or [N, T] (verify) in the c-th slot range.
 std::vector<int32_t> host_slots(int64_t c, int64_t N, int64_t T) {
   const int64_t cols = T == 1 ? 1 : T;
   std::vector<int32_t> s(N * cols);
   for (int64_t i = 0; i < N * cols; ++i) s[i] = static_cast<int32_t>(c * N * cols + i);
   return s;
-}
-
-// A case's state pool: R calls (graph nodes) of N x cols slots each, so that a graph's states exceed
-// 3x the 60 MB L2.
-struct PoolShape {
-  size_t slot_bytes;
-  int64_t slots_per_call;
-  int calls;
-  int64_t num_slots;
-  size_t bytes() const { return static_cast<size_t>(num_slots) * slot_bytes; }
-};
-PoolShape pool_shape(const Case& k) {
-  PoolShape ps;
-  ps.slot_bytes = k.m->HV * k.m->V * k.m->K * dtype_size(k.state);
-  ps.slots_per_call = k.N * (k.T == 1 ? 1 : k.T);
-  const double min_pool = 3.0 * 60e6;
-  ps.calls = static_cast<int>(std::clamp<double>(std::ceil(min_pool / (ps.slots_per_call * ps.slot_bytes)), 1, 1024));
-  ps.num_slots = ps.calls * ps.slots_per_call;
-  return ps;
 }
 
 // arena: where every case's state pool lives (one allocation for the whole run, made before the
@@ -167,7 +64,7 @@ Result run_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override 
   const int64_t D = 2 * m.H * m.K + m.HV * m.V;
   const int64_t r = m.HV / m.H;
   DevBuf& pool = arena;
-  fill(pool, k.state, ps.bytes());  // (the arena: only this case's part)
+  fill(pool, k.state, ps.state_bytes());  // (the arena: only this case's part)
   // Per-call metadata.
   std::vector<int32_t> qsl(N + 1), acc(N);
   for (int64_t i = 0; i <= N; ++i) qsl[i] = static_cast<int32_t>(i * T);
@@ -367,7 +264,7 @@ std::vector<std::string> split(const std::string& s) {
 
 int cmd_bench(int argc, char** argv) {
   std::string models = "qwen3-next-tp1,qwen3-next-tp4,qwen3.6-27b", ns = "1,4,16,64,256", ts = "1,3,4",
-              states = "f32,bf16", ops = "recurrent,fused", out = "bench/results.json", path = "auto",
+              states = "f32,bf16", ops = "recurrent,fused", out = "bench/results.json", path = "auto", trees = "4,8,16",
               shapes = "1x4096,1x8192,1x16384,4x8192,32x8192,8x2048,64x256";
   int replays = 20;
   for (int i = 1; i < argc; ++i) {
@@ -382,11 +279,12 @@ int cmd_bench(int argc, char** argv) {
     else if (a == "--out") out = next();
     else if (a == "--path") path = next();
     else if (a == "--shapes") shapes = next();
+    else if (a == "--tree") trees = next();
     else {
       std::fprintf(stderr,
                    "usage: gdn bench [--models %s] [--n %s] [--t %s] [--state %s] [--ops %s] [--replays N>=20] "
-                   "[--path KERNEL_PATH] [--shapes %s] [--out FILE.json]\n",
-                   models.c_str(), ns.c_str(), ts.c_str(), states.c_str(), ops.c_str(), shapes.c_str());
+                   "[--path KERNEL_PATH] [--shapes %s] [--tree %s] [--out FILE.json]\n",
+                   models.c_str(), ns.c_str(), ts.c_str(), states.c_str(), ops.c_str(), shapes.c_str(), trees.c_str());
       return a == "--help" ? 0 : 2;
     }
   }
@@ -405,7 +303,7 @@ int cmd_bench(int argc, char** argv) {
   const double peak = bf16_peak_tflops(prop);
   std::printf("device: %s; SM copy kernel: %.0f GB/s (read + write); dense bf16 peak %.0f TFLOP/s\n", prop.name, copy,
               peak);
-  std::printf("%-10s %-15s %5s %2s %-5s %10s %9s %7s\n", "op", "model", "N", "T", "state", "us", "GB/s", "%copy");
+  std::printf("%-13s %-15s %5s %2s %-5s %10s %9s %7s\n", "op", "model", "N", "T", "state", "us", "GB/s", "%copy");
   nlohmann::json rows = nlohmann::json::array();
   // every case first (the arena is as large as the largest pool), in the order they run
   std::vector<Case> cases;
@@ -427,6 +325,10 @@ int cmd_bench(int argc, char** argv) {
         }
         for (const auto& t : split(ts))
           for (const auto& n : split(ns)) cases.push_back(Case{m, std::atoll(n.c_str()), std::atoll(t.c_str()), sd, op});
+        if (op == "deferred")  // and its trees
+          for (const auto& t : split(trees))
+            for (const auto& n : split(ns))
+              cases.push_back(Case{m, std::atoll(n.c_str()), std::atoll(t.c_str()), sd, "deferred_tree"});
       }
     }
   size_t arena_bytes = 0;
@@ -436,9 +338,11 @@ int cmd_bench(int argc, char** argv) {
   for (const Case& c : cases) {
     const std::string mn = c.m->name, st = c.state == DType::kBFloat16 ? "bf16" : "f32";
     const bool prefill = c.op == "chunked" || c.op == "attention_prefill";
-    const Result r = prefill ? run_prefill(c, replays, force) : run_case(c, replays, arena, force);
+    const Result r = prefill                  ? run_prefill(c, replays, force)
+                     : is_deferred_op(c.op) ? run_deferred_case(c, replays, arena, force)
+                                            : run_case(c, replays, arena, force);
     if (!r.error.empty()) {
-      std::printf("%-10s %-15s %5lld %2lld %-5s error: %s\n", c.op.c_str(), mn.c_str(), static_cast<long long>(c.N),
+      std::printf("%-13s %-15s %5lld %2lld %-5s error: %s\n", c.op.c_str(), mn.c_str(), static_cast<long long>(c.N),
                   static_cast<long long>(c.T), st.c_str(), r.error.c_str());
       continue;
     }
@@ -447,14 +351,14 @@ int cmd_bench(int argc, char** argv) {
                           {"pct_copy", 100.0 * r.gbps / copy}};
     if (prefill) {
       const double tokens = double(c.N) * c.T, tflops = tokens * c.m->HV * chunk_flops_per_token(*c.m) / (r.us * 1e6);
-      std::printf("%-10s %-15s %5lld %5lld %-5s %9.3f ms %8.1f Mtok/s %7.1f TFLOP/s %5.1f%% peak\n", c.op.c_str(),
+      std::printf("%-13s %-15s %5lld %5lld %-5s %9.3f ms %8.1f Mtok/s %7.1f TFLOP/s %5.1f%% peak\n", c.op.c_str(),
                   mn.c_str(), static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us / 1e3,
                   tokens / r.us, tflops, peak > 0 ? 100.0 * tflops / peak : 0.0);
       row["tokens_per_s"] = tokens / (r.us * 1e-6);
       row["tflops"] = tflops;
       row["pct_peak"] = peak > 0 ? 100.0 * tflops / peak : 0.0;
     } else {
-      std::printf("%-10s %-15s %5lld %2lld %-5s %10.2f %9.0f %6.1f%%\n", c.op.c_str(), mn.c_str(),
+      std::printf("%-13s %-15s %5lld %2lld %-5s %10.2f %9.0f %6.1f%%\n", c.op.c_str(), mn.c_str(),
                   static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us, r.gbps,
                   100.0 * r.gbps / copy);
     }

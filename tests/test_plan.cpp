@@ -1,7 +1,7 @@
 // The CUDA backend's planner (src/cuda/plan/plan.h) at its decision boundaries, on the CPU: the
 // kernel chosen for the model shapes of docs/performance.md on a 132-SM card (the table's
 // reference, H200), the same thresholds scaled on a 114-SM card (H100 PCIe), forced paths where
-// they can and cannot run, and gdn_attention's step.
+// they can and cannot run, gdn_attention's step, the chunked op and the deferred-commit kernel.
 #include <gtest/gtest.h>
 
 #include "cuda/plan/plan.h"
@@ -280,6 +280,45 @@ TEST(Plan, AttentionChunk) {
   EXPECT_EQ(plan(1, 8192, {Path::kChunk64}).vs, 64);
   EXPECT_EQ(plan(8, 8192, {Path::kChunk32}).vs, 32);
   EXPECT_FALSE(plan(1, 8192, {Path::kChunk64}, false).chunk);
+}
+
+// The deferred-commit kernel: four-warp blocks of 32 rows unless their grid has at most
+// deferred_small_blocks (66 on 132 SMs, scaled) blocks; forced forms; the grid.
+TEST(Plan, Deferred) {
+  auto plan = [](int64_t nseq, int HV, int V = 128, int sms = 132, Override f = {}) {
+    DeferredProblem p;
+    p.nseq = nseq;
+    p.HV = HV;
+    p.V = V;
+    return plan_deferred(p, 9, sms, f);
+  };
+  const DeferredPlan tp1 = plan(1, 32);  // 128 blocks of 32 rows
+  EXPECT_EQ(tp1.path, Path::kDeferred);
+  EXPECT_EQ(tp1.rows, kDeferredRows);
+  EXPECT_TRUE(tp1.grid_x == 4 && tp1.grid_y == 32 && tp1.grid_z == 1);
+  const DeferredPlan tp4 = plan(2, 8);  // 64 blocks: the one-warp form, 256 blocks of 8 rows
+  EXPECT_EQ(tp4.path, Path::kDeferredSmall);
+  EXPECT_EQ(tp4.rows, kDeferredSmallRows);
+  EXPECT_TRUE(tp4.grid_x == 16 && tp4.grid_y == 8 && tp4.grid_z == 2);
+  EXPECT_EQ(plan(3, 8).path, Path::kDeferred);         // 96 blocks
+  EXPECT_EQ(plan(2, 8, 128, 114).path, Path::kDeferred);  // 64 > 66 x 114 / 132 = 57
+  EXPECT_EQ(plan(1, 8, 128, 114).path, Path::kDeferredSmall);
+  EXPECT_EQ(plan(16, 2, 40).path, Path::kDeferredSmall);  // V = 40: two blocks per head, 64 blocks
+  EXPECT_EQ(plan(16, 2, 40).grid_x, 5);
+  EXPECT_EQ(plan(17, 2, 40).path, Path::kDeferred);  // 68
+  EXPECT_EQ(plan(17, 2, 40).grid_x, 2);
+  EXPECT_EQ(plan(64, 32, 128, 132, {Path::kDeferredSmall}).path, Path::kDeferredSmall);  // forced
+  EXPECT_EQ(plan(1, 8, 128, 132, {Path::kDeferred}).path, Path::kDeferred);
+  EXPECT_EQ(plan(1, 8, 128, 132, {Path::kLean}).path, Path::kDeferredSmall);  // another kernel's path: ignored
+  EXPECT_TRUE(is_deferred_path(Path::kDeferred) && is_deferred_path(Path::kDeferredSmall));
+  EXPECT_FALSE(is_deferred_path(Path::kPacked) || is_step_path(Path::kDeferred) || is_chunk_path(Path::kDeferred));
+  // The other planners ignore the deferred kernel's paths.
+  EXPECT_EQ(plan_launch(qwen(64, 1, 4, false), 9, FakeFacts(132), {Path::kDeferred}).path,
+            plan_launch(qwen(64, 1, 4, false), 9, FakeFacts(132)).path);
+  EXPECT_EQ(plan_launch(step_of(qwen(6, 1, 4, false)), 9, FakeFacts(132), {Path::kDeferredSmall}).path,
+            Path::kStepPipelinedPrologue);
+  EXPECT_EQ(plan_chunked(chunk_of(1, 8192), 9, 132, {Path::kDeferred}).vs, 32);
+  EXPECT_TRUE(plan_chunked(chunk_of(1, 8192), 9, 132, {Path::kDeferred}).chunk);
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
-// Deferred-commit verify of gated_delta_rule_recurrent (docs/contract.md §7), on the CPU.
+// Deferred-commit verify of gated_delta_rule_recurrent (docs/contract.md §7), on the CPU and (PropDeferred)
+// on CUDA with each of the deferred kernel's forms; the CUDA kernel against the CPU, its trees and
+// determinism in test_cuda_deferred.cpp, hostile metadata and untouched memory in
+// test_deferred_meta.cpp.
 //   PropDeferred.TrajectoriesEqualThePerTokenSlotMode: random trajectories of 4 sequences — a
 //     prefill without initial state, verify steps of 1..4 tokens with random accepted counts, a
 //     plain decode in between (verify -> decode -> verify), a final decode — run in the per-token
 //     slot mode (a slot per draft column) and in the deferred mode (one slot per sequence, two logs
-//     alternating): every step's outputs, and the state each mode reads next (after the final
-//     decode), are equal: bit for bit with float32 state, relative L2 1e-2 with bf16 state (the
-//     per-token mode rounds the state after token a-1, the deferred one the state before the step).
-//     Both state layouts, float32 and bf16 activations.
+//     alternating) on the same backend: every step's outputs, and the state each mode reads next
+//     (after the final decode), are equal: on the CPU bit for bit with float32 state, relative L2
+//     1e-2 with bf16 state (the per-token mode rounds the state after token a-1, the deferred one
+//     the state before the step); on CUDA within docs/contract.md §6 (1e-5 float32 activations and
+//     state, else 1e-2). Both state layouts, float32 and bf16 activations.
 //   PropDeferred.PaddingClampingAndFreshSequences: a null-slot sequence (outputs zero, its state
 //     and both logs' rows untouched), an accepted count above log_cols (clamped: every logged token
 //     replayed), a negative one (nothing replayed), a sequence without initial state (zeros, its log
@@ -28,12 +32,13 @@ namespace {
 constexpr int64_t kH = 2, kHV = 4, kK = 16, kV = 8, kCols = 4, kN = 4;
 
 struct DefParam {
+  Backend be;
   DType act, state;
   StateLayout layout;
 };
 std::string def_name(const ::testing::TestParamInfo<DefParam>& i) {
-  return std::string("act") + dtype_short(i.param.act) + "_state" + dtype_short(i.param.state) + "_" +
-         layout_name(i.param.layout);
+  return capture::backend_name(i.param.be) + "_act" + dtype_short(i.param.act) + "_state" +
+         dtype_short(i.param.state) + "_" + layout_name(i.param.layout);
 }
 class PropDeferred : public ::testing::TestWithParam<DefParam> {};
 
@@ -44,20 +49,24 @@ Buf log_buf(int64_t slots, int64_t cols = kCols) {
 }
 
 // One deferred call: replay counts `replay`, this step's tokens logged when log_tokens.
-Status run_deferred(GdrIn& in, Buf& pool, StateLayout layout, Buf& qsl, Buf& slots, const std::vector<int64_t>& replay,
-                    Buf* has_init, Buf& o, Buf& log_in, Buf& log_out, bool log_tokens,
-                    std::optional<int64_t> null_id = {}) {
+Status run_deferred(Backend be, GdrIn& in, Buf& pool, StateLayout layout, Buf& qsl, Buf& slots,
+                    const std::vector<int64_t>& replay, Buf* has_init, Buf& o, Buf& log_in, Buf& log_out,
+                    bool log_tokens, std::optional<int64_t> null_id = {}) {
   Buf nacc = index_buf(replay);
   GatedDeltaRuleArgs a = gdr_args(in, pool, layout, qsl, slots, &nacc, has_init, o, null_id);
   a.verify_log = log_in.view();
   a.verify_log_out = log_out.view();
   a.log_tokens = log_tokens;
-  return capture::run_recurrent_on(Backend::kCPU, a);
+  return capture::run_recurrent_on(be, a);
 }
 
 TEST_P(PropDeferred, TrajectoriesEqualThePerTokenSlotMode) {
   const DefParam& prm = GetParam();
-  const double tol = prm.state == DType::kFloat32 ? 0.0 : 1e-2;
+  PROP_SKIP_IF_UNAVAILABLE(prm.be);
+  const Backend pt = prm.be.cuda() ? Backend(Backend::kCUDA) : Backend(Backend::kCPU);  // the per-token mode's
+  const double tol = prm.be.cuda() ? (prm.act == DType::kFloat32 && prm.state == DType::kFloat32 ? 1e-5 : 1e-2)
+                     : prm.state == DType::kFloat32 ? 0.0
+                                                    : 1e-2;
   for (uint64_t seed : {1u, 2u, 3u}) {
     Rng r(7100 + seed * 13 + static_cast<int>(prm.layout));
     // per-token mode: kCols slots per sequence (rows of `cols`); deferred: slot i per sequence
@@ -86,8 +95,8 @@ TEST_P(PropDeferred, TrajectoriesEqualThePerTokenSlotMode) {
       Buf no_init = bool_buf(std::vector<bool>(kN, false));
       if (verify) {
         Buf slots = index_buf2(cols, kCols), nacc = index_buf(acc);
-        PROP_ASSERT_OK(run_gdr(Backend::kCPU, false, in, pt_pool, prm.layout, qsl, slots, &nacc, nullptr, o_pt));
-        PROP_ASSERT_OK(run_deferred(in, df_pool, prm.layout, qsl, dslot_buf, replay, nullptr, o_df, logs[cur],
+        PROP_ASSERT_OK(run_gdr(pt, false, in, pt_pool, prm.layout, qsl, slots, &nacc, nullptr, o_pt));
+        PROP_ASSERT_OK(run_deferred(prm.be, in, df_pool, prm.layout, qsl, dslot_buf, replay, nullptr, o_df, logs[cur],
                                     logs[1 - cur], true));
         cur = 1 - cur;
         for (int64_t i = 0; i < kN; ++i) replay[i] = acc[i] = r.randint(1, lens[i]);
@@ -99,10 +108,10 @@ TEST_P(PropDeferred, TrajectoriesEqualThePerTokenSlotMode) {
           read[i] = cols[i][0];
         }
         Buf slots = index_buf(read);
-        PROP_ASSERT_OK(
-            run_gdr(Backend::kCPU, false, in, pt_pool, prm.layout, qsl, slots, nullptr, prefill ? &no_init : nullptr, o_pt));
-        PROP_ASSERT_OK(run_deferred(in, df_pool, prm.layout, qsl, dslot_buf, replay, prefill ? &no_init : nullptr,
-                                    o_df, logs[cur], logs[1 - cur], false));
+        Buf* init = prefill ? &no_init : nullptr;
+        PROP_ASSERT_OK(run_gdr(pt, false, in, pt_pool, prm.layout, qsl, slots, nullptr, init, o_pt));
+        PROP_ASSERT_OK(run_deferred(prm.be, in, df_pool, prm.layout, qsl, dslot_buf, replay, init, o_df, logs[cur],
+                                    logs[1 - cur], false));
         std::fill(acc.begin(), acc.end(), 1);
         std::fill(replay.begin(), replay.end(), 0);
       }
@@ -120,6 +129,7 @@ TEST_P(PropDeferred, TrajectoriesEqualThePerTokenSlotMode) {
 
 TEST_P(PropDeferred, PaddingClampingAndFreshSequences) {
   const DefParam& prm = GetParam();
+  PROP_SKIP_IF_UNAVAILABLE(prm.be);
   Rng r(7300 + static_cast<int>(prm.layout));
   // sequences: 0 null slot, 1 accepted 99 (clamped to kCols), 2 accepted -3 (none), 3 no initial
   // state (log ignored), 4 zero tokens with 2 accepted
@@ -143,7 +153,8 @@ TEST_P(PropDeferred, PaddingClampingAndFreshSequences) {
   Buf o(prm.act, {qsl_v.back(), kHV, kV});
   fill_value(o, 3.0);
   const Buf pool0 = pool, log_out0 = log_out;
-  PROP_ASSERT_OK(run_deferred(in, pool, prm.layout, qsl, slots, replay, &has_init, o, log_in, log_out, true, null_id));
+  PROP_ASSERT_OK(
+      run_deferred(prm.be, in, pool, prm.layout, qsl, slots, replay, &has_init, o, log_in, log_out, true, null_id));
   const int64_t E = kK + kV + 2, row = kHV * E;
   auto expect_rows = [&](const Buf& got, const Buf& want, int64_t s, int64_t j0, int64_t j1, const char* what) {
     EXPECT_EQ(bit_diff(got, (s * kCols + j0) * row, want, (s * kCols + j0) * row, (j1 - j0) * row), "")
@@ -201,9 +212,10 @@ TEST_P(PropDeferred, PaddingClampingAndFreshSequences) {
 
 std::vector<DefParam> def_params() {
   std::vector<DefParam> v;
-  for (DType act : {DType::kFloat32, DType::kBFloat16})
-    for (DType st : {DType::kFloat32, DType::kBFloat16})
-      for (StateLayout l : {StateLayout::kVK, StateLayout::kKV}) v.push_back({act, st, l});
+  for (Backend be : capture::test_backends(capture::Ops::kDeferred))
+    for (DType act : {DType::kFloat32, DType::kBFloat16})
+      for (DType st : {DType::kFloat32, DType::kBFloat16})
+        for (StateLayout l : {StateLayout::kVK, StateLayout::kKV}) v.push_back({be, act, st, l});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Prop, PropDeferred, ::testing::ValuesIn(def_params()), def_name);
@@ -223,7 +235,9 @@ TreeCase make_tree_case(Rng& r) {
   GdrIn prev = make_gdr_in(r, 2 * kCols, kH, kHV, kK, kV, DType::kFloat32, DType::kFloat32);
   Buf qsl = index_buf({0, kCols, 2 * kCols}), o(DType::kFloat32, {2 * kCols, kHV, kV});
   Buf scratch = log_buf(3, kTreeCols);
-  EXPECT_TRUE(run_deferred(prev, c.pool, StateLayout::kVK, qsl, c.slots, {0, 0}, nullptr, o, scratch, c.log_in, true).ok());
+  EXPECT_TRUE(run_deferred(Backend::kCPU, prev, c.pool, StateLayout::kVK, qsl, c.slots, {0, 0}, nullptr, o, scratch,
+                           c.log_in, true)
+                  .ok());
   return c;
 }
 

@@ -18,8 +18,9 @@ Common conventions (docs/contract.md):
 * Tensors must be dense except in dim 0, whose stride may be larger (padded pools, row views).
 * Activations and conv weights/state: float32, bfloat16 or float16. ``A_log`` and ``dt_bias``: any
   float dtype (a bf16 checkpoint's own tensors); the gates are computed in float32.
-* Deferred commit and token trees (docs/contract.md §7; CPU, the CUDA backend refuses them with a
-  message): :func:`gated_delta_rule_recurrent` and :func:`gdn_attention` take ``verify_log`` /
+* Deferred commit and token trees (docs/contract.md §7; :func:`gated_delta_rule_recurrent` on both
+  backends, :func:`gdn_attention` on the CPU, its CUDA backend refusing them with a message):
+  :func:`gated_delta_rule_recurrent` and :func:`gdn_attention` take ``verify_log`` /
   ``verify_log_out`` (and ``gdn_attention`` ``conv_log`` / ``conv_log_out``); None, the default,
   is the per-token-slot mode. Each sequence then owns one slot with its committed state, and the
   logs hold what its last verify step consumed; an engine keeps two logs of each kind and
@@ -183,7 +184,7 @@ def gated_delta_rule_recurrent(
     (``state_indices [n, cols]`` with ``num_accepted_tokens``) read the state from column
     ``num_accepted_tokens[i] - 1`` and store the state after token ``t`` into column ``t``.
 
-    Deferred commit (``verify_log`` and ``verify_log_out`` given; docs/contract.md §7, CPU): each
+    Deferred commit (``verify_log`` and ``verify_log_out`` given; docs/contract.md §7, CPU and CUDA): each
     sequence owns one slot ``s = state_indices[i]`` (``[n]``) holding its committed state, and row
     ``s`` of the logs holds the tokens of its last verify step as the recurrence consumed them.
     ``S`` = slot ``s`` (zeros without an initial state) with the first ``num_accepted_tokens[i]``

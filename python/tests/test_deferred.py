@@ -21,7 +21,7 @@ import torch
 
 import gdn_kernels  # noqa: F401  (loads the ops)
 from conftest import requires_cuda
-from deferred import HV, LOG_E, V, expect_refused, gdr_in, gen, index, rec_log, recurrent, ssm_pool
+from deferred import GATES, HV, LOG_E, V, expect_refused, gdr_in, gen, index, rec_log, recurrent, ssm_pool
 from golden import bit_equal, rel_l2
 
 N, COLS = 4, 4
@@ -267,11 +267,21 @@ def test_chunked_op_has_no_deferred_mode(problem):
 
 
 @requires_cuda
-def test_cuda_refuses_the_deferred_mode(problem):
+@pytest.mark.parametrize("tree", [False, True], ids=["linear", "tree"])
+def test_cuda_deferred_equals_cpu(problem, tree):
+    """The same deferred step (a replay through accepted_path, three tokens: a chain or a tree) on
+    CUDA and on the CPU: outputs, committed states and written logs within float32 tolerance
+    (docs/contract.md §6; tests/test_cuda_deferred.cpp has the kernel's own suite)."""
     x, pool, (log_in, log_out) = problem
-    xc = type(x)(*(t.cuda() for t in (x.q, x.k, x.v, x.a, x.b)))
-    with pytest.raises(RuntimeError, match="unsupported on CUDA: deferred commit"):
-        gdn_kernels.gated_delta_rule_recurrent(
-            xc.q, xc.k, xc.v, xc.a, xc.b, A_log=torch.zeros(HV, device="cuda"), dt_bias=torch.zeros(HV, device="cuda"),
-            ssm_state=pool.cuda(), query_start_loc=index([0, 1, 3]).cuda(), state_indices=index([0, 1]).cuda(),
-            num_accepted_tokens=index([1, 2]).cuda(), verify_log=log_in.cuda(), verify_log_out=log_out.cuda())
+    meta = dict(query_start_loc=index([0, 1, 3]), state_indices=index([0, 1]), num_accepted_tokens=index([1, 2]),
+                accepted_path=index([[1, 0, 2, 3], [2, 3, 0, 1]]), token_parents=index([-1, -1, 0]) if tree else None)
+    got = {}
+    for dev in ("cpu", "cuda"):
+        on = {k: None if t is None else t.to(dev) for k, t in meta.items()}
+        p, lo = pool.clone().to(dev), log_out.clone().to(dev)
+        o = gdn_kernels.gated_delta_rule_recurrent(
+            *(t.to(dev) for t in (x.q, x.k, x.v, x.a, x.b)), ssm_state=p, verify_log=log_in.to(dev), verify_log_out=lo,
+            **{k: t.to(dev) for k, t in GATES.items()}, **on)
+        got[dev] = (o.cpu(), p.cpu(), lo.cpu())
+    for what, c, g in zip(("outputs", "committed states", "written log"), got["cpu"], got["cuda"]):
+        assert rel_l2(g, c) <= 1e-5, what

@@ -9,6 +9,7 @@
 #include "cuda/chunk/chunk.h"
 #include "cuda/common/workspace.h"
 #include "cuda/conv/conv.h"
+#include "cuda/deferred/deferred.h"
 #include "cuda/launch/launch.h"
 
 namespace gdn::cuda {
@@ -58,26 +59,38 @@ Status on_device(int device, F fn) {
   return s;
 }
 
-// fused: gdn_attention's step; *one_launch: the conv pool and z were done by the same launch.
-template <typename TAct>
-Status launch_recurrent_state(const RecurrentParams& p, DType state, bool fused, plan::Override force,
-                              cudaStream_t stream, bool* one_launch) {
+// fn(act_tag, state_tag) with each tag's ::type the C++ type of the dtype (float, __nv_bfloat16, __half).
+template <typename T>
+struct Tag {
+  using type = T;
+};
+template <typename F>
+Status with_state(DType state, F fn) {
   switch (state) {
-    case DType::kFloat32: return launch_recurrent<TAct, float>(p, fused, force, stream, one_launch);
-    case DType::kBFloat16: return launch_recurrent<TAct, __nv_bfloat16>(p, fused, force, stream, one_launch);
-    case DType::kFloat16: return launch_recurrent<TAct, __half>(p, fused, force, stream, one_launch);
+    case DType::kFloat32: return fn(Tag<float>{});
+    case DType::kBFloat16: return fn(Tag<__nv_bfloat16>{});
+    case DType::kFloat16: return fn(Tag<__half>{});
     default: return Status::Error(std::string("unsupported SSM state dtype ") + dtype_name(state));
   }
 }
-
-Status launch_recurrent_any(const RecurrentParams& p, DType act, DType state, bool fused, plan::Override force,
-                            cudaStream_t stream, bool* one_launch) {
+template <typename F>
+Status with_dtypes(DType act, DType state, F fn) {
+  auto on_act = [&](auto ta) { return with_state(state, [&](auto ts) { return fn(ta, ts); }); };
   switch (act) {
-    case DType::kFloat32: return launch_recurrent_state<float>(p, state, fused, force, stream, one_launch);
-    case DType::kBFloat16: return launch_recurrent_state<__nv_bfloat16>(p, state, fused, force, stream, one_launch);
-    case DType::kFloat16: return launch_recurrent_state<__half>(p, state, fused, force, stream, one_launch);
+    case DType::kFloat32: return on_act(Tag<float>{});
+    case DType::kBFloat16: return on_act(Tag<__nv_bfloat16>{});
+    case DType::kFloat16: return on_act(Tag<__half>{});
     default: return Status::Error(std::string("unsupported activation dtype ") + dtype_name(act));
   }
+}
+
+// fused: gdn_attention's step; *one_launch: the conv pool and z were done by the same launch.
+Status launch_recurrent_any(const RecurrentParams& p, DType act, DType state, bool fused, plan::Override force,
+                            cudaStream_t stream, bool* one_launch) {
+  return with_dtypes(act, state, [&](auto ta, auto ts) {
+    return launch_recurrent<typename decltype(ta)::type, typename decltype(ts)::type>(p, fused, force, stream,
+                                                                                       one_launch);
+  });
 }
 
 void fill_state(RecurrentParams& p, const TensorView& state, StateLayout layout) {
@@ -94,8 +107,9 @@ Status supports_k(const char* op, int64_t K) {
   return Status::Error(std::string(op) + ": unsupported on CUDA: head_k_dim " + std::to_string(K) +
                        ", supported 1..256 (64, 128 and 256 at full speed)");
 }
-// The CUDA kernels compute the gates from A_log, dt_bias and the raw a, b (in the dtype of q) and
-// normalise q and k; the other forms of ops.h run on the CPU.
+// The recurrence kernels compute the gates from A_log, dt_bias and the raw a, b (in the dtype of q)
+// and normalise q and k; the other forms of ops.h run in the chunk kernel, the deferred-commit
+// kernel or on the CPU.
 Status supports_gates(const char* op, const GatedDeltaRuleArgs& a) {
   std::string what;
   if (!a.A_log.present()) what = "a given as the log-space decay (no A_log / dt_bias)";
@@ -124,9 +138,7 @@ Status supports(const CausalConv1dUpdateArgs& a) {
 }
 Status supports_recurrent(const GatedDeltaRuleArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_recurrent", a.q.shape[2]));
-  GDN_RETURN_IF_ERROR(supports_gates("gated_delta_rule_recurrent", a));
-  if (a.verify_log.present())
-    return Status::Error("gated_delta_rule_recurrent: unsupported on CUDA: deferred commit (verify_log); it runs on the CPU");
+  if (!a.verify_log.present()) GDN_RETURN_IF_ERROR(supports_gates("gated_delta_rule_recurrent", a));
   return supports_grid("gated_delta_rule_recurrent", a.state_indices.shape[0], a.v.shape[1]);
 }
 Status supports(const GdnAttentionArgs& a) {
@@ -196,6 +208,26 @@ void fill_primitive(RecurrentParams& p, const GatedDeltaRuleArgs& a) {
   p.null_id = a.null_block_id.value_or(0);
 }
 
+// The deferred-commit mode (deferred/deferred.h): one slot per sequence, replay counts in
+// num_accepted (group 0 is not a verify group), the logs, the tree and every gate form.
+void fill_deferred(DeferredParams& p, const GatedDeltaRuleArgs& a) {
+  p.group[0].spec = false;
+  p.log_in = static_cast<const float*>(a.verify_log.data);
+  p.log_out = static_cast<float*>(a.verify_log_out.data);
+  p.log_in_rs = a.verify_log.stride[0];
+  p.log_out_rs = a.verify_log_out.stride[0];
+  p.log_cols = a.verify_log.shape[1];
+  p.path = index_ref(a.accepted_path);
+  p.parents = index_ref(a.token_parents);
+  p.log_tokens = a.log_tokens;
+  p.a = float_ref(a.a);
+  p.b = float_ref(a.b);
+  p.a.stride = p.b.stride = 1;  // element (row, hv) at row * src.a_rs + hv
+  p.decay_given = !a.A_log.present();
+  p.beta_given = !a.beta_sigmoid;
+  p.l2norm = a.qk_l2norm;
+}
+
 // The default gate and norm forms (the only ones of the recurrence kernels).
 bool default_gates(const GatedDeltaRuleArgs& a) {
   return a.A_log.present() && a.beta_sigmoid && a.qk_l2norm && a.a.dtype == a.q.dtype && a.b.dtype == a.q.dtype;
@@ -251,6 +283,18 @@ Status supports_chunked(const GatedDeltaRuleArgs& a) {
 
 Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream, plan::Override force) {
   GDN_RETURN_IF_ERROR(supports_recurrent(a));
+  if (a.verify_log.present()) {
+    DeferredParams p;
+    fill_primitive(p, a);
+    fill_deferred(p, a);
+    return on_device(a.q.device_index, [&] {
+      p.early_meta = a.metadata_ready_early && pdl_enabled();
+      return with_dtypes(a.q.dtype, a.ssm_state.dtype, [&](auto ta, auto ts) {
+        return launch_deferred<typename decltype(ta)::type, typename decltype(ts)::type>(
+            p, force, static_cast<cudaStream_t>(stream));
+      });
+    });
+  }
   RecurrentParams p;
   fill_primitive(p, a);
   return on_device(a.q.device_index, [&] {

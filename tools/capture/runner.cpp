@@ -196,9 +196,10 @@ std::vector<Backend> test_backends(Ops ops) {
   for (int i = 1; i < static_cast<int>(Path::kCount); ++i) {
     const Path p = static_cast<Path>(i);
     const bool step = cuda::plan::is_step_path(p), chunk = cuda::plan::is_chunk_path(p);
-    const bool recurrence = !step && !chunk;
-    if (ops == Ops::kAll || (ops == Ops::kRecurrent && recurrence) || (ops == Ops::kChunked && !step) ||
-        (ops == Ops::kAttention && step))
+    const bool deferred = cuda::plan::is_deferred_path(p), recurrence = !step && !chunk && !deferred;
+    if (deferred ? ops == Ops::kDeferred
+                 : ops == Ops::kAll || (ops == Ops::kRecurrent && recurrence) || (ops == Ops::kChunked && !step) ||
+                       (ops == Ops::kAttention && step))
       v.push_back(Backend(Backend::kCUDA, p));
   }
   return v;

@@ -31,8 +31,10 @@ bool backend_available(Backend b);  // kCPU always; kCUDA if built with CUDA and
 
 // The backends a test of these ops runs on: the CPU, CUDA with the planner's choice, and CUDA with
 // each kernel path the planner can choose for them forced.
-// kChunked: the chunked op's paths (the recurrence's, which it falls back to, and the chunk kernel's).
-enum class Ops { kConv, kRecurrent, kChunked, kAttention, kAll };
+// kChunked: the chunked op's paths (the recurrence's, which it falls back to, and the chunk kernel's);
+// kDeferred: the recurrent op's deferred-commit mode (the deferred kernel's paths); kAll: every path
+// but the deferred kernel's.
+enum class Ops { kConv, kRecurrent, kChunked, kAttention, kDeferred, kAll };
 std::vector<Backend> test_backends(Ops ops);
 
 Status run_on(Backend b, const CausalConv1dFwdArgs& host_args);

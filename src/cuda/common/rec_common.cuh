@@ -226,32 +226,48 @@ __device__ __forceinline__ void store_vec(TState* dst, const float (&s)[EPL]) {
   }
 }
 
-template <typename TState, int KP, int EPL, bool kDense>
+// Row vi of one value head's state in slot `slot`, this lane's EPL elements: in pieces of kPiece
+// contiguous elements, piece c of lane ln starting at element (c L + ln) kPiece (L = KP / EPL lanes
+// per row); the default, one piece, is EPL contiguous elements from ln EPL. kDense: one vector
+// load or store per piece.
+template <int KP, int EPL, int kPiece>
+__device__ __forceinline__ int piece_elem(int ln, int j) {
+  return (j / kPiece * (KP / EPL) + ln) * kPiece + j % kPiece;
+}
+template <typename TState, int KP, int EPL, bool kDense, int kPiece = EPL>
 __device__ __forceinline__ void load_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
                                          float (&s)[EPL]) {
+  static_assert(EPL % kPiece == 0, "whole pieces");
   const TState* base = static_cast<const TState*>(p.state) + slot * p.state_slot_stride +
                        static_cast<int64_t>(hv) * p.V * p.K;
-  if constexpr (kDense && kHasVec<TState, EPL>) {
-    load_vec<TState, EPL>(base + dense_elem<KP>(vi, ln * EPL), s);
+  if constexpr (kDense && kHasVec<TState, kPiece>) {
+#pragma unroll
+    for (int c = 0; c < EPL / kPiece; ++c)
+      load_vec<TState, kPiece>(base + dense_elem<KP>(vi, piece_elem<KP, EPL, kPiece>(ln, c * kPiece)),
+                               *reinterpret_cast<float(*)[kPiece]>(&s[c * kPiece]));
   } else {
 #pragma unroll
     for (int j = 0; j < EPL; ++j) {
-      const int ki = ln * EPL + j;
+      const int ki = piece_elem<KP, EPL, kPiece>(ln, j);
       s[j] = ki < p.K ? to_float(base[state_elem(p, vi, ki)]) : 0.f;
     }
   }
 }
 
-template <typename TState, int KP, int EPL, bool kDense>
+template <typename TState, int KP, int EPL, bool kDense, int kPiece = EPL>
 __device__ __forceinline__ void store_row(const RecurrentParams& p, int64_t slot, int hv, int vi, int ln,
                                           const float (&s)[EPL]) {
+  static_assert(EPL % kPiece == 0, "whole pieces");
   TState* base = static_cast<TState*>(p.state) + slot * p.state_slot_stride + static_cast<int64_t>(hv) * p.V * p.K;
-  if constexpr (kDense && kHasVec<TState, EPL>) {
-    store_vec<TState, EPL>(base + dense_elem<KP>(vi, ln * EPL), s);
+  if constexpr (kDense && kHasVec<TState, kPiece>) {
+#pragma unroll
+    for (int c = 0; c < EPL / kPiece; ++c)
+      store_vec<TState, kPiece>(base + dense_elem<KP>(vi, piece_elem<KP, EPL, kPiece>(ln, c * kPiece)),
+                                *reinterpret_cast<const float(*)[kPiece]>(&s[c * kPiece]));
   } else {
 #pragma unroll
     for (int j = 0; j < EPL; ++j) {
-      const int ki = ln * EPL + j;
+      const int ki = piece_elem<KP, EPL, kPiece>(ln, j);
       if (ki < p.K) base[state_elem(p, vi, ki)] = from_float<TState>(s[j]);
     }
   }

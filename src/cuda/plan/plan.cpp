@@ -6,10 +6,11 @@
 namespace gdn::cuda::plan {
 namespace {
 
-constexpr const char* kNames[] = {"auto",          "lean",           "lean_more",      "lean_staged",
-                                  "pipelined",     "register_small", "register_mid",   "register_large",
-                                  "packed",        "chunk_vs32",     "chunk_vs64",     "step_pipelined", "step_pipelined_prologue",
-                                  "step_cluster",  "step_cluster_lean", "step_two_launches"};
+constexpr const char* kNames[] = {"auto",           "lean",           "lean_more",         "lean_staged",
+                                  "pipelined",      "register_small", "register_mid",      "register_large",
+                                  "packed",         "deferred",       "deferred_small",    "chunk_vs32",
+                                  "chunk_vs64",     "step_pipelined", "step_pipelined_prologue",
+                                  "step_cluster",   "step_cluster_lean", "step_two_launches"};
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Path::kCount), "a name per path");
 
 struct Ctx {
@@ -203,6 +204,21 @@ bool parse_path(const char* s, Path* out) {
 
 bool is_step_path(Path p) { return p >= Path::kStepPipelined && p < Path::kCount; }
 bool is_chunk_path(Path p) { return p == Path::kChunk32 || p == Path::kChunk64; }
+bool is_deferred_path(Path p) { return p == Path::kDeferred || p == Path::kDeferredSmall; }
+
+DeferredPlan plan_deferred(const DeferredProblem& p, int cc_major, int sms, Override force) {
+  const Tuning& t = tuning_for(cc_major);
+  DeferredPlan pl;
+  const int64_t large = p.nseq * p.HV * ((p.V + kDeferredRows - 1) / kDeferredRows);
+  const bool small = is_deferred_path(force.path) ? force.path == Path::kDeferredSmall
+                                                  : at_most(large, t.deferred_small_blocks, t, sms > 0 ? sms : 1);
+  pl.path = small ? Path::kDeferredSmall : Path::kDeferred;
+  pl.rows = small ? kDeferredSmallRows : kDeferredRows;
+  pl.grid_x = (p.V + pl.rows - 1) / pl.rows;
+  pl.grid_y = p.HV;
+  pl.grid_z = p.nseq;
+  return pl;
+}
 
 ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override force) {
   ChunkPlan pl;
@@ -215,7 +231,8 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
     return pl;
   }
   if (!p.chunk_only) {
-    if (force.path != Path::kAuto && !is_step_path(force.path)) return pl;  // a recurrence path, forced
+    if (force.path != Path::kAuto && !is_step_path(force.path) && !is_deferred_path(force.path))
+      return pl;  // a recurrence path, forced
     if (p.tokens < int64_t{t.chunk_min_tokens} * p.nseq) return pl;
   }
   pl.chunk = true;
@@ -227,7 +244,7 @@ AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_m
   AttentionChunkPlan pl;
   const Tuning& t = tuning_for(cc_major);
   if (!p.chunk_ok || p.prefills <= 0 || p.prefill_rows < t.chunk_min_tokens) return pl;
-  if (force.path != Path::kAuto && !is_chunk_path(force.path)) return pl;
+  if (force.path != Path::kAuto && !is_chunk_path(force.path) && !is_deferred_path(force.path)) return pl;
   ChunkProblem cp;
   cp.nseq = p.prefills;
   cp.tokens = p.prefill_rows;
@@ -246,7 +263,8 @@ AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_m
 Plan plan_launch(const Problem& p, int cc_major, const Facts& facts, Override force) {
   const Ctx c{p, facts, tuning_for(cc_major), facts.sms() > 0 ? facts.sms() : 1};
   Path f = force.path;
-  if (f != Path::kAuto && (is_step_path(f) != p.step || is_chunk_path(f))) f = Path::kAuto;  // another op's path
+  if (f != Path::kAuto && (is_step_path(f) != p.step || is_chunk_path(f) || is_deferred_path(f)))
+    f = Path::kAuto;  // another op's (or mode's) path
   return p.step ? plan_step(c, f) : plan_recurrent(c, f);
 }
 

@@ -8,6 +8,7 @@
 //     register    the general kernel: every shape, dtype, layout and metadata form
 //     packed      16-bit state in packed pairs (large batches)
 //   chunk kernel (gated_delta_rule_chunked): chunks of 64 tokens on tensor cores (prefill batches)
+//   deferred commit (gated_delta_rule_recurrent with verify_log): the deferred kernel, by rows per block
 //   gdn_attention's step (conv + gates + norms + recurrence + conv pool + z):
 //     pipelined   the pipelined kernel with a conv warp (large batches)
 //     cluster     thread-block clusters of one (sequence, key head), sm_90
@@ -32,6 +33,9 @@ enum class Path : uint8_t {
   kRegisterMid,  // 16-bit verify, K = 128
   kRegisterLarge,
   kPacked,  // 16-bit state, K = 128
+  // the deferred-commit mode's kernel, by rows per block
+  kDeferred,       // kDeferredRows rows (four warps)
+  kDeferredSmall,  // kDeferredSmallRows rows (one warp)
   // the chunked op's chunk kernel, by value columns per block
   kChunk32,
   kChunk64,
@@ -47,6 +51,7 @@ const char* path_name(Path p);   // "lean", "pipelined", "step_cluster", ...; "a
 bool parse_path(const char* s, Path* out);
 bool is_step_path(Path p);       // a path of gdn_attention's step
 bool is_chunk_path(Path p);      // a path of the chunk kernel (gated_delta_rule_chunked)
+bool is_deferred_path(Path p);   // a path of the deferred-commit kernel
 
 // Kernel choice forced by the caller (internal: tests and benchmarks). Default: the planner's.
 struct Override {
@@ -139,6 +144,23 @@ struct AttentionChunkPlan {
   int64_t from = 0;  // chunk kernel: non-spec sequences of at least this many tokens
 };
 AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_major, int sms, Override force = {});
+
+// The deferred-commit mode (gated_delta_rule_recurrent with verify_log; deferred/deferred.cuh): its
+// kernel in one of two block sizes, kDeferredRows rows of a (sequence, value head) per block (four
+// warps sharing a chunk's staged inputs and key products) or kDeferredSmallRows (one warp). The
+// four-warp form unless its grid would leave most SMs idle: at most deferred_small_blocks blocks
+// (scaled by the SM count), where the one-warp form's four times as many blocks spread further.
+constexpr int kDeferredRows = 32, kDeferredSmallRows = 8;
+struct DeferredProblem {
+  int64_t nseq = 0;
+  int HV = 0, V = 0;
+};
+struct DeferredPlan {
+  Path path = Path::kDeferred;
+  int rows = kDeferredRows;      // state rows per block
+  int64_t grid_x = 0, grid_y = 0, grid_z = 0;  // (ceil(V / rows), HV, nseq)
+};
+DeferredPlan plan_deferred(const DeferredProblem& p, int cc_major, int sms, Override force = {});
 
 // Batch-size comparisons scaled by the device's SM count against the table's reference card.
 inline bool at_least(int64_t work, int threshold, const Tuning& t, int sms) {

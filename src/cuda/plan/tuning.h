@@ -33,6 +33,10 @@ struct Tuning {
   int step_cluster_lean_groups;  // float32 cluster step: lean lanes up to this many groups (large clusters)
   int step_cluster_overlap_seqheads;  // cluster step: programmatic overlap up to this many sequence-heads
 
+  // The deferred-commit kernel: its one-warp form while the four-warp form's grid has at most this
+  // many blocks (half the reference card's SMs: a rule of the grid's size, not yet a measurement).
+  int deferred_small_blocks;
+
   // The chunked op.
   int chunk_min_tokens;   // the chunk kernel from this many tokens per sequence (on average)
   int chunk_vs64_blocks;  // 64 value columns per block from this many such blocks
@@ -58,6 +62,7 @@ inline constexpr Tuning kSm90 = {
     /*step_pipelined_min_f32=*/192,
     /*step_cluster_lean_groups=*/32,
     /*step_cluster_overlap_seqheads=*/96,
+    /*deferred_small_blocks=*/66,
     /*chunk_min_tokens=*/32,
     /*chunk_vs64_blocks=*/132,
 };

@@ -1,0 +1,140 @@
+// apps/bench_common.h — what the cases of `gdn bench` share (bench.cpp, bench_deferred.cpp): device
+// buffers with random data, the graph timer (docs/performance.md's method), the models, a case and
+// its result, the state pool of a case. CUDA builds only.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cuda/plan/plan.h"
+#include "gdn/ops.h"
+
+namespace gdn::bench {
+void sm_copy(const void* src, void* dst, size_t bytes, cudaStream_t stream);
+void fill_random(void* p, size_t bytes, uint32_t seed, int kind, cudaStream_t stream);
+}  // namespace gdn::bench
+
+namespace gdn::cli {
+
+#define BENCH_CHECK(x)                                                                  \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "gdn bench: %s: %s\n", #x, cudaGetErrorString(e_));          \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+struct Model {
+  std::string name;
+  int64_t H, HV, K, V;
+};
+inline const Model kModels[] = {
+    {"qwen3-next-tp1", 16, 32, 128, 128}, {"qwen3-next-tp4", 4, 8, 128, 128}, {"qwen3.6-27b", 16, 48, 128, 128}};
+
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DevBuf(size_t b) : bytes(b) { BENCH_CHECK(cudaMalloc(&p, std::max<size_t>(b, 16))); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+inline uint32_t g_seed = 1;
+// Random values into b's first `bytes` (all of it by default), whole 4-byte words.
+inline void fill(DevBuf& b, DType t, size_t bytes = SIZE_MAX) {
+  bench::fill_random(b.p, std::min(bytes, b.bytes) & ~size_t(3), g_seed++, t == DType::kFloat32 ? 0 : 1, nullptr);
+}
+
+// Times a graph of `calls` launches made by `record(c)`; returns the median us per call.
+template <typename F>
+double time_graph(int calls, int replays, F record) {
+  cudaStream_t s;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int c = 0; c < calls; ++c) record(c, s);
+  BENCH_CHECK(cudaStreamEndCapture(s, &graph));
+  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int w = 0; w < 3; ++w) BENCH_CHECK(cudaGraphLaunch(exec, s));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> us;
+  for (int r = 0; r < replays; ++r) {
+    cudaEventRecord(e0, s);
+    BENCH_CHECK(cudaGraphLaunch(exec, s));
+    cudaEventRecord(e1, s);
+    BENCH_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    us.push_back(ms * 1000.0 / calls);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+struct Case {
+  const Model* m;
+  int64_t N, T;
+  DType state;
+  std::string op;
+};
+
+struct Result {
+  double us = 0, gbps = 0, bytes = 0;
+  std::string error;
+};
+
+// The deferred-commit mode's ops: "deferred" (linear verify of T tokens), "deferred_tree" (a tree of
+// T nodes).
+inline bool is_deferred_op(const std::string& op) { return op == "deferred" || op == "deferred_tree"; }
+
+inline TensorView dev_view(void* p, DType t, std::initializer_list<int64_t> shape) {
+  return make_view(p, t, shape, Device::kCUDA, 0);
+}
+
+// A case's state pool: R calls (graph nodes) of N x cols slots each (the deferred mode: N), so that
+// a graph's states exceed 3x the 60 MB L2; the deferred mode's two logs (log_cols = T) after it.
+struct PoolShape {
+  size_t slot_bytes;
+  int64_t slots_per_call;
+  int calls;
+  int64_t num_slots;
+  size_t log_bytes = 0;  // each log, a multiple of 256
+  size_t state_bytes() const { return static_cast<size_t>(num_slots) * slot_bytes; }
+  size_t log_offset() const { return (state_bytes() + 255) / 256 * 256; }  // the first log's
+  size_t bytes() const { return log_offset() + 2 * log_bytes; }
+};
+inline PoolShape pool_shape(const Case& k) {
+  PoolShape ps;
+  ps.slot_bytes = k.m->HV * k.m->V * k.m->K * dtype_size(k.state);
+  const bool deferred = is_deferred_op(k.op);
+  ps.slots_per_call = k.N * (k.T == 1 || deferred ? 1 : k.T);
+  const double min_pool = 3.0 * 60e6;
+  ps.calls = static_cast<int>(std::clamp<double>(std::ceil(min_pool / (ps.slots_per_call * ps.slot_bytes)), 1, 1024));
+  ps.num_slots = ps.calls * ps.slots_per_call;
+  if (deferred) {
+    const size_t log = static_cast<size_t>(ps.num_slots * k.T * k.m->HV * (k.m->K + k.m->V + 2)) * sizeof(float);
+    ps.log_bytes = (log + 255) / 256 * 256;
+  }
+  return ps;
+}
+
+// The deferred-commit mode's case (bench_deferred.cpp), on the same arena as run_case.
+Result run_deferred_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override force);
+
+}  // namespace gdn::cli

@@ -1,0 +1,419 @@
+// src/cuda/deferred/deferred.cuh — gated_delta_rule_recurrent's deferred-commit mode and token trees
+// (docs/contract.md §7): per sequence, the slot's state, the replay of its logged tokens, the state
+// committed once, and this step's tokens (a chain or a tree) from registers.
+//   grid  = (ceil(V / kRows), HV, sequences), block = kWarps warps (plan::plan_deferred: four or one);
+//           the block owns kRows rows of one (sequence, value head) in registers, W, from the one
+//           state read to the one state write.
+// Tokens go through W in chunks of up to deferred::kChunk nodes (chunk_plan.h: the algebra and the
+// planning, unit-tested on the CPU): the block stages a chunk's k^, q^ (normalised once per token,
+// a warp per token), its gates and the v of its rows in shared memory, computes the row-independent
+// coefficients (decay products along the paths and the nodes' key products, a thread each; the
+// triangular T and P, a thread per column), then every row needs only W k_u and W q_u per node
+// (its lanes' partial sums reduce-scattered eight at a time), two small matrix-vector products
+// (four lanes per row) and, where W moves along a chain, one rank-n update. Node states are never
+// formed: a tree of up to kChunk nodes costs two products per node and row, whatever its shape.
+// Lanes: 8 per row, each with EPL = KP / 8 elements of 2 rows, in pieces of 16 bytes of state
+// (the 8 lanes of a row read 128 contiguous bytes per load, and their pieces of a staged vector
+// without bank conflicts).
+#pragma once
+#include "cuda/common/rec_common.cuh"
+#include "cuda/deferred/chunk_plan.h"
+#include "cuda/deferred/deferred.h"
+
+namespace gdn::cuda {
+
+// Resident blocks per SM of the four-warp form the register budget must allow (K <= 128; half as
+// many above; the one-warp form four times as many).
+#ifndef GDN_DEFERRED_MB
+#define GDN_DEFERRED_MB 4
+#endif
+
+template <typename TState, int KP, bool kSmall>
+struct DeferredTraits {
+  static constexpr int kLanes = 8, kGroups = 32 / kLanes, kRowsPerLane = 2;
+  static constexpr int kWarps = kSmall ? 1 : 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRowsPerWarp = kGroups * kRowsPerLane;
+  static constexpr int kRows = kWarps * kRowsPerWarp;
+  static constexpr int kEPL = KP / kLanes;
+  static constexpr int kVecElems = 16 / static_cast<int>(sizeof(TState));
+  static constexpr int kPiece = kVecElems < kEPL ? kVecElems : kEPL;  // contiguous elements of a lane
+  static constexpr int kBatch = kLanes / kRowsPerLane;                // vectors per reduce-scatter: kLanes sums
+  static constexpr int kMinBlocks = (kSmall ? 4 * GDN_DEFERRED_MB : GDN_DEFERRED_MB) / (KP > 128 ? 2 : 1);
+  static_assert(kRows == (kSmall ? plan::kDeferredSmallRows : plan::kDeferredRows), "the planner's block rows");
+  static_assert(kEPL % kPiece == 0 && kPiece % 4 == 0, "pieces of whole float4s");
+  static_assert(deferred::kChunk < kThreads, "a thread per chunk node, and one more");
+};
+
+constexpr int kParCache = 64;  // parents of a tree's first tokens, staged at once
+
+template <int KP, int kRows>
+struct DeferredSmem {
+  static constexpr int C = deferred::kChunk;
+  float x[2][C][KP + 4];         // the chunk's k^ (0) and q^ (1), zero past K; rows offset by 4 banks
+  float v[C][kRows];             // v of the block's rows
+  float dots[kRows][2 * C + 4];  // per row: W k_u (then y_u), then W q_u
+  float d[kRows][C + 4];
+  deferred::ChunkCoefs cf;
+  deferred::ChunkPlan plan;
+  int64_t rows[C];         // replay: the log rows of the next entries (-1: the replay ends)
+  int32_t par[kParCache];  // tree: the first tokens' parents (outside [0, t): -1)
+  bool more;
+};
+
+// kPiece staged floats (16-byte aligned) into registers.
+template <int kPiece>
+__device__ __forceinline__ void load_piece(const float* src, float (&x)[kPiece]) {
+#pragma unroll
+  for (int q = 0; q < kPiece; q += 4) {
+    const float4 f = *reinterpret_cast<const float4*>(src + q);
+    x[q] = f.x, x[q + 1] = f.y, x[q + 2] = f.z, x[q + 3] = f.w;
+  }
+}
+
+// Two staged vectors' dot product, in a fixed order (every caller gets the same bits).
+template <int KP>
+__device__ __forceinline__ float staged_dot(const float* a, const float* b) {
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+  for (int c = 0; c < KP; c += 4) {
+    const float4 x = *reinterpret_cast<const float4*>(a + c), y = *reinterpret_cast<const float4*>(b + c);
+    s[0] += x.x * y.x;
+    s[1] += x.y * y.y;
+    s[2] += x.z * y.z;
+    s[3] += x.w * y.w;
+  }
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// The 128-byte lines of [p, p + bytes) towards the L2, lines lane, lane + step, ...
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int lane, int step) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = static_cast<int64_t>(lane) * 128; off < bytes; off += static_cast<int64_t>(step) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+}
+
+// Token t's parent within its sequence (of tokens from `begin`): in [0, t), else -1 (a root).
+__device__ __forceinline__ int64_t token_parent(const DeferredParams& p, int64_t begin, int64_t t) {
+  const int64_t par = p.parents(begin + t);
+  return par >= 0 && par < t ? par : -1;
+}
+
+// Entry [slot, row, hv] of a log with slot stride rs.
+template <typename F>
+__device__ __forceinline__ F* log_entry(F* log, int64_t rs, const DeferredParams& p, int64_t slot, int64_t row,
+                                        int hv) {
+  return log + slot * rs + (row * p.HV + hv) * static_cast<int64_t>(p.K + p.V + 2);
+}
+
+// One staged chunk through W (docs at the top): the coefficients, W k_u and W q_u per row, the rows'
+// solution (outputs of emitted nodes at token rows tok0 + node), the advance. Starts after the
+// barrier that follows the staging; ends with warp-local work (the caller's next barrier guards the
+// shared memory).
+template <typename TAct, typename Tr, int KP>
+__device__ __forceinline__ void deferred_chunk(const DeferredParams& p, DeferredSmem<KP, Tr::kRows>& sm,
+                                               float (&w)[Tr::kRowsPerLane][Tr::kEPL], bool outputs, int64_t tok0,
+                                               int hv, int v0) {
+  constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = Tr::kEPL, kPiece = Tr::kPiece;
+  constexpr int kB = Tr::kBatch, C = deferred::kChunk, kSub = 32 / Tr::kRowsPerWarp;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
+  const int lrow0 = warp * Tr::kRowsPerWarp + lane / L;  // this lane's row j: lrow0 + j G
+  const deferred::ChunkPlan& pl = sm.plan;
+  deferred::ChunkCoefs& cf = sm.cf;
+  const int n = pl.n;
+  // E, gamma and the key products (a thread each)
+  if (tid < n) deferred::e_row(pl, cf.dec, tid, cf.E[tid]);
+  if (tid == C) deferred::gammas(pl, cf.dec, cf.gamma);
+  for (int pi = tid; pi < C * C; pi += Tr::kThreads) {
+    const int a = pi / C, u = pi % C;
+    if (a > u || u >= n) continue;
+    const bool anc = deferred::is_ancestor(pl, a, u);
+    cf.Gk[a][u] = a < u && anc ? staged_dot<KP>(sm.x[0][a], sm.x[0][u]) : 0.f;
+    cf.Gq[a][u] = outputs && anc ? staged_dot<KP>(sm.x[0][a], sm.x[1][u]) : 0.f;
+  }
+  __syncthreads();
+
+  // T and P (a thread per column), beside W k_u (vectors 0..n-1) and W q_u (n..2n-1), kB at a time
+  if (tid < n) deferred::chunk_column(pl, cf, outputs, tid);
+  const int nv = outputs ? 2 * n : n;
+  for (int b0 = 0; b0 < nv; b0 += kB) {
+    float x[kB * R];
+#pragma unroll
+    for (int q = 0; q < kB * R; ++q) x[q] = 0.f;
+#pragma unroll
+    for (int vb = 0; vb < kB; ++vb) {
+      const int vec = b0 + vb < nv ? b0 + vb : 0;  // past the list: a vector whose sums are not kept
+      const float* src = vec < n ? sm.x[0][vec] : sm.x[1][vec - n];
+#pragma unroll
+      for (int c = 0; c < EPL / kPiece; ++c) {
+        float xe[kPiece];
+        load_piece<kPiece>(src + piece_elem<KP, EPL, kPiece>(ln, c * kPiece), xe);
+#pragma unroll
+        for (int q = 0; q < kPiece; ++q)
+#pragma unroll
+          for (int j = 0; j < R; ++j) x[vb * R + j] += w[j][c * kPiece + q] * xe[q];
+      }
+    }
+    const float sum = scatter_sum<L, kB * R>(x, ln);  // lane ln: value ln = vector ln / R, row ln % R
+    if (b0 + ln / R < nv) sm.dots[lrow0 + (ln % R) * G][b0 + ln / R] = sum;
+  }
+  __syncthreads();
+
+  // the rows' solution: kSub lanes per row of the warp, nodes u = sub, sub + kSub, ...
+  {
+    const int lr = warp * Tr::kRowsPerWarp + lane / kSub, sub = lane % kSub, vi = v0 + lr;
+    float* const dots = sm.dots[lr];
+    for (int u = sub; u < n; u += kSub) dots[u] = deferred::row_y(cf, u, sm.v[u][lr], dots[u]);
+    __syncwarp();
+    TAct* const o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + vi;
+    auto y = [&](int i) { return dots[i]; };
+    for (int u = sub; u < n; u += kSub) {
+      sm.d[lr][u] = deferred::row_d(cf, u, y);
+      if (outputs && pl.emit[u] && vi < p.V)
+        o[(tok0 + pl.node[u]) * p.o_rs] = from_float<TAct>(deferred::row_o(cf, u, dots[n + u], y));
+    }
+  }
+  __syncwarp();
+
+  // W <- S_m = gamma_m W + sum_u E[u][m] d_u k_u^T
+  if (pl.adv >= 0) {
+    const int m = pl.adv;
+    const float gm = cf.gamma[m];
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) w[j][e] *= gm;
+    for (int u = 0; u <= m; ++u) {
+      const float em = cf.E[u][m];
+      if (em == 0.f) continue;  // not on m's path
+      float cj[R];
+#pragma unroll
+      for (int j = 0; j < R; ++j) cj[j] = em * sm.d[lrow0 + j * G][u];
+#pragma unroll
+      for (int c = 0; c < EPL / kPiece; ++c) {
+        float xe[kPiece];
+        load_piece<kPiece>(sm.x[0][u] + piece_elem<KP, EPL, kPiece>(ln, c * kPiece), xe);
+#pragma unroll
+        for (int q = 0; q < kPiece; ++q)
+#pragma unroll
+          for (int j = 0; j < R; ++j) w[j][c * kPiece + q] += cj[j] * xe[q];
+      }
+    }
+  }
+}
+
+template <typename TAct, typename TState, int KP, bool kDense, bool kSmall>
+__global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
+                                  DeferredTraits<TState, KP, kSmall>::kMinBlocks)
+    deferred_kernel(const __grid_constant__ DeferredParams p) {
+  using Tr = DeferredTraits<TState, KP, kSmall>;
+  constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = Tr::kEPL, kPiece = Tr::kPiece;
+  constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads, C = deferred::kChunk;
+  static_assert(sizeof(DeferredSmem<KP, kRows>) <= 48 * 1024, "static shared memory");
+  __shared__ __align__(16) DeferredSmem<KP, kRows> sm;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
+  const int hv = blockIdx.y, h = hv / p.r, v0 = blockIdx.x * kRows;
+  const int lrow0 = warp * Tr::kRowsPerWarp + lane / L;
+  const GroupMeta& g = p.group[0];
+  const int64_t i = blockIdx.z;
+  const SeqInfo si = start_seq(p, g, i, false);  // slot0: the sequence's slot; pad: unusable
+  const rules::TokenRange tr = si.tr;
+  const int64_t slot = si.slot0;
+  float w[R][EPL];
+  auto load_w = [&](bool from_slot) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) w[j][e] = 0.f;
+      if (from_slot && v0 + lrow0 + j * G < p.V)
+        load_row<TState, KP, EPL, kDense, kPiece>(p, slot, hv, v0 + lrow0 + j * G, ln, w[j]);
+    }
+  };
+  auto store_w = [&]() {
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+      if (v0 + lrow0 + j * G < p.V)
+        store_row<TState, KP, EPL, kDense, kPiece>(p, slot, hv, v0 + lrow0 + j * G, ln, w[j]);
+  };
+  load_w(!si.pad && si.init);
+  TAct* const o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + v0;
+  if (si.pad) {  // nothing read or written but zero outputs
+    for (int64_t idx = tid; idx < tr.len * kRows; idx += kThreads)
+      if (v0 + idx % kRows < p.V) o[(tr.begin + idx / kRows) * p.o_rs + idx % kRows] = from_float<TAct>(0.f);
+    return;
+  }
+  const int64_t n_rep = si.init ? rules::clamp64(g.num_accepted(i), 0, p.log_cols) : 0;
+  const int64_t K = p.K, V = p.V;
+  {  // the first chunk's token inputs towards the L2 (a warp per token), read after the replay
+    const int64_t first = tr.len < C ? tr.len : C;
+    for (int64_t t = warp; t < first; t += Tr::kWarps) {
+      const int64_t row = tr.begin + t;
+      prefetch_l2(q_row<TAct>(p, row, h), K * static_cast<int64_t>(sizeof(TAct)), lane, 32);
+      prefetch_l2(k_row<TAct>(p, row, h), K * static_cast<int64_t>(sizeof(TAct)), lane, 32);
+      const TAct* v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + hv * V + v0;
+      prefetch_l2(v, (V - v0 < kRows ? V - v0 : kRows) * static_cast<int64_t>(sizeof(TAct)), lane, 32);
+    }
+  }
+
+  // 1. the replay: chains of logged rows (k^, v, g, beta as consumed), W advancing
+  int64_t j0 = 0;
+  for (bool more = n_rep > 0; more;) {
+    if (tid < C) {
+      const int64_t j = j0 + tid;
+      int64_t row = -1;
+      if (j < n_rep) {
+        row = p.path.present() ? p.path(i, j) : j;
+        if (row < 0 || row >= p.log_cols) row = -1;
+      }
+      sm.rows[tid] = row;
+    }
+    __syncthreads();  // the rows staged; the previous chunk consumed
+    if (tid == 0) {
+      int64_t jj = j0;
+      sm.more = deferred::plan_replay_chunk([&](int64_t j) { return sm.rows[j - j0]; }, n_rep, &jj, sm.plan);
+    }
+    __syncthreads();
+    const int n = sm.plan.n;
+    more = sm.more;
+    j0 += n;
+    for (int idx = tid; idx < n * KP; idx += kThreads) {
+      const float* e = log_entry(p.log_in, p.log_in_rs, p, slot, sm.plan.node[idx / KP], hv);
+      sm.x[0][idx / KP][idx % KP] = idx % KP < K ? e[idx % KP] : 0.f;
+    }
+    for (int idx = tid; idx < n * kRows; idx += kThreads) {
+      const float* e = log_entry(p.log_in, p.log_in_rs, p, slot, sm.plan.node[idx / kRows], hv);
+      sm.v[idx / kRows][idx % kRows] = v0 + idx % kRows < V ? e[K + v0 + idx % kRows] : 0.f;
+    }
+    if (tid < n) {
+      const float* e = log_entry(p.log_in, p.log_in_rs, p, slot, sm.plan.node[tid], hv);
+      sm.cf.g[tid] = e[K + V];
+      sm.cf.dec[tid] = expf(e[K + V]);
+      sm.cf.beta[tid] = e[K + V + 1];
+    }
+    __syncthreads();
+    deferred_chunk<TAct, Tr, KP>(p, sm, w, false, 0, hv, v0);
+  }
+
+  // 2. the one state write: the replayed state, before a verify step's tokens (or a sequence of none)
+  const bool commit_before = p.log_tokens || tr.len == 0;
+  if (commit_before) store_w();
+  if (tr.len == 0) return;
+
+  // 3. the step's tokens, in chunks planned by thread 0 (chunk_plan.h)
+  const bool tree = p.parents.present();
+  if (tree)
+    for (int64_t t = tid; t < tr.len && t < kParCache; t += kThreads)
+      sm.par[t] = static_cast<int32_t>(token_parent(p, tr.begin, t));
+  const float A = p.decay_given ? 0.f : -expf(p.A_log(hv)), dtb = p.decay_given ? 0.f : p.dt_bias(hv);
+  deferred::StepCursor cur{0, -1};  // thread 0's
+  for (bool more = true; more;) {
+    __syncthreads();  // the parents staged; the previous chunk consumed
+    if (tid == 0) {
+      if (tree) {
+        auto par = [&](int64_t t) { return t < kParCache ? sm.par[t] : token_parent(p, tr.begin, t); };
+        deferred::plan_tree_chunk(par, tr.len, cur, sm.plan);
+      } else {
+        deferred::plan_chain_chunk(tr.len, !p.log_tokens, cur, sm.plan);
+      }
+      sm.more = cur.next < tr.len;
+    }
+    __syncthreads();
+    const deferred::ChunkPlan& pl = sm.plan;
+    const int n = pl.n;
+    more = sm.more;
+    if (pl.reset) load_w(true);  // the committed state, stored above by these threads
+    // k^ and q^ (a warp per token: its norms once), the gates, v of the block's rows
+    constexpr int kPer = (KP + 31) / 32;
+    for (int u = warp; u < n; u += Tr::kWarps) {
+      const int64_t row = tr.begin + pl.node[u];
+      const TAct* q = q_row<TAct>(p, row, h);
+      const TAct* k = k_row<TAct>(p, row, h);
+      float qv[kPer], kv[kPer], qq = 0.f, kk = 0.f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        const int c = lane + 32 * e;
+        qv[e] = c < K ? to_float(q[c]) : 0.f;
+        kv[e] = c < K ? to_float(k[c]) : 0.f;
+        qq += qv[e] * qv[e];
+        kk += kv[e] * kv[e];
+      }
+      qq = group_sum<32>(qq);
+      kk = group_sum<32>(kk);
+      const float kn = p.l2norm ? 1.f / sqrtf(kk + 1e-6f) : 1.f;          // k^ = k / |k|
+      const float qn = p.l2norm ? p.scale / sqrtf(qq + 1e-6f) : p.scale;  // q^ = q / |q| * scale
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        const int c = lane + 32 * e;
+        if (c < KP) {
+          sm.x[0][u][c] = kv[e] * kn;
+          sm.x[1][u][c] = qv[e] * qn;
+        }
+      }
+      if (lane == 0) {
+        const float av = p.a(row * p.src.a_rs + hv), bv = p.b(row * p.src.b_rs + hv);
+        const float gv = p.decay_given ? av : A * rules::softplus(av + dtb);  // g = -exp(A_log) softplus(a + dt_bias)
+        sm.cf.g[u] = gv;
+        sm.cf.dec[u] = expf(gv);
+        sm.cf.beta[u] = p.beta_given ? bv : 1.f / (1.f + expf(-bv));  // beta = sigmoid(b)
+      }
+    }
+    for (int idx = tid; idx < n * kRows; idx += kThreads) {
+      const int u = idx / kRows, r = idx % kRows;
+      sm.v[u][r] = v0 + r < V ? to_float(v_elem<TAct>(p, tr.begin + pl.node[u], hv, v0, r)) : 0.f;
+    }
+    __syncthreads();
+    if (p.log_tokens) {  // the emitted tokens' entries (rows < log_cols): k^, g, beta by the first row block
+      constexpr int kW = KP + 2;
+      if (blockIdx.x == 0)
+        for (int idx = tid; idx < n * kW; idx += kThreads) {
+          const int u = idx / kW, c = idx % kW;
+          if (!pl.emit[u] || pl.node[u] >= p.log_cols || (c < KP && c >= K)) continue;
+          float* e = log_entry(p.log_out, p.log_out_rs, p, slot, pl.node[u], hv);
+          if (c < KP) e[c] = sm.x[0][u][c];
+          else e[K + V + c - KP] = c == KP ? sm.cf.g[u] : sm.cf.beta[u];
+        }
+      for (int idx = tid; idx < n * kRows; idx += kThreads) {  // v of each block's rows
+        const int u = idx / kRows, r = idx % kRows;
+        if (!pl.emit[u] || pl.node[u] >= p.log_cols || v0 + r >= V) continue;
+        log_entry(p.log_out, p.log_out_rs, p, slot, pl.node[u], hv)[K + v0 + r] = sm.v[u][r];
+      }
+    }
+    deferred_chunk<TAct, Tr, KP>(p, sm, w, true, tr.begin, hv, v0);
+  }
+
+  // 2'. the one state write of a step whose tokens are all accepted (log_tokens false): after them
+  if (!commit_before) store_w();
+}
+
+template <typename TAct, typename TS>
+Status launch_deferred(const DeferredParams& p, plan::Override force, cudaStream_t stream) {
+  const int64_t nseq = p.group[0].n;
+  if (nseq == 0) return Status::Ok();
+  int dev = 0, major = 0, sms = 0;
+  GDN_RETURN_IF_ERROR(device_of(&dev, &major, &sms));
+  plan::DeferredProblem pb;
+  pb.nseq = nseq;
+  pb.HV = p.HV;
+  pb.V = p.V;
+  const plan::DeferredPlan pl = plan::plan_deferred(pb, major, sms, force);
+  const dim3 grid(static_cast<unsigned>(pl.grid_x), static_cast<unsigned>(pl.grid_y), static_cast<unsigned>(pl.grid_z));
+  auto go = [&](auto kp_tag, auto small_tag) -> Status {
+    constexpr int KP = decltype(kp_tag)::value;
+    constexpr bool kS = decltype(small_tag)::value;
+    using Tr = DeferredTraits<TS, KP, kS>;
+    const bool dense = kHasVec<TS, Tr::kPiece> && !p.kv_layout && p.state_vec && p.K == KP;
+    return Launch(grid, Tr::kThreads, 0, stream)(
+        dense ? deferred_kernel<TAct, TS, KP, true, kS> : deferred_kernel<TAct, TS, KP, false, kS>, p);
+  };
+  auto by_form = [&](auto kp_tag) -> Status {
+    if (pl.path == plan::Path::kDeferredSmall) return go(kp_tag, std::true_type{});
+    return go(kp_tag, std::false_type{});
+  };
+  if (p.K <= 32) return by_form(std::integral_constant<int, 32>{});
+  if (p.K <= 64) return by_form(std::integral_constant<int, 64>{});
+  if (p.K <= 128) return by_form(std::integral_constant<int, 128>{});
+  if (p.K <= 256) return by_form(std::integral_constant<int, 256>{});
+  return Status::Error("unsupported head_k_dim " + std::to_string(p.K) + " on CUDA: at most 256");
+}
+
+}  // namespace gdn::cuda
