@@ -24,9 +24,7 @@ namespace gdn::cuda {
 
 // Resident blocks per SM of the four-warp form the register budget must allow (K <= 128; half as
 // many above; the one-warp form four times as many).
-#ifndef GDN_DEFERRED_MB
-#define GDN_DEFERRED_MB 4
-#endif
+constexpr int kDeferredMinBlocks = 4;
 
 template <typename TState, int KP, bool kSmall>
 struct DeferredTraits {
@@ -39,7 +37,7 @@ struct DeferredTraits {
   static constexpr int kVecElems = 16 / static_cast<int>(sizeof(TState));
   static constexpr int kPiece = kVecElems < kEPL ? kVecElems : kEPL;  // contiguous elements of a lane
   static constexpr int kBatch = kLanes / kRowsPerLane;                // vectors per reduce-scatter: kLanes sums
-  static constexpr int kMinBlocks = (kSmall ? 4 * GDN_DEFERRED_MB : GDN_DEFERRED_MB) / (KP > 128 ? 2 : 1);
+  static constexpr int kMinBlocks = (kSmall ? 4 * kDeferredMinBlocks : kDeferredMinBlocks) / (KP > 128 ? 2 : 1);
   static_assert(kRows == (kSmall ? plan::kDeferredSmallRows : plan::kDeferredRows), "the planner's block rows");
   static_assert(kEPL % kPiece == 0 && kPiece % 4 == 0, "pieces of whole float4s");
   static_assert(deferred::kChunk < kThreads, "a thread per chunk node, and one more");
