@@ -5,7 +5,7 @@
 //     and 1000 (one of them padding: slot -1; one on the null slot), decodes, ragged verify
 //     sequences and padding ones, token rows interleaved between the groups (token_indx), graph-padded
 //     rows; both verify conv layouts; K = V = 128, head ratio 2; bf16 and fp16 activations, float32
-//     and bf16 state; the planner's choice and each value split forced. Against the CPU backend:
+//     and bf16 state; the planner's choice, each value split and the split form (prep kernel) forced. Against the CPU backend:
 //     core_attn_out per sequence and the SSM state per slot within rel L2 1e-2, padding rows zero,
 //     graph-padded rows untouched, z and the conv pool bit-exact (copies of inputs), slots no
 //     sequence names bit-exact.
@@ -219,7 +219,7 @@ TEST(CudaAttentionChunkSplit, PromptSplitAcrossCalls) {
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  for (Path path : {Path::kAuto, Path::kChunk32, Path::kChunk64})
+  for (Path path : {Path::kAuto, Path::kChunk32, Path::kChunk64, Path::kChunkSplit})
     for (SpecConvLayout layout : {SpecConvLayout::kRolling, SpecConvLayout::kPerToken})
       for (auto dt : {std::pair<DType, DType>{DType::kBFloat16, DType::kFloat32},
                       std::pair<DType, DType>{DType::kBFloat16, DType::kBFloat16},

@@ -9,6 +9,11 @@
 //   CudaChunkForms.GateForms: the decay given in log space (float32 a), beta given (float32 b), q and k
 //     without l2 normalisation: the same batch against the CPU backend with the same forms.
 //   CudaChunkForms.IdenticalBytesRunAfterRun: the same call twice, outputs and pool bit for bit.
+//   CudaChunkSplit.SameBytesAsTheProducers: the split form (prep kernel, records; bf16 activations)
+//     against the 32-column blocks that prepare each chunk themselves: outputs and pool bit for bit
+//     (the records hold the values the producers compute), V = 128 and 64, float32 and bf16 state, a
+//     batch whose offsets decrease too. (With fp16 activations the split form's bytes differed from
+//     the producers' within the 16-bit tolerance, cause not located: fp16 keeps the producers.)
 // Tolerance principle: the kernel takes its products in the activation dtype (16-bit inputs, float32
 // accumulation, as FLA's chunk kernel does), so every product carries a relative rounding of about
 // 2^-9 per input; the transition exp(g) (I - beta k k^T) has norm <= 1, so errors of one chunk are not
@@ -178,13 +183,40 @@ TEST_P(CudaChunkForms, IdenticalBytesRunAfterRun) {
   EXPECT_EQ(byte_diff(x.pool, y.pool), "") << "states differ between two identical calls";
 }
 
+// The split form against the producers: the same bytes (see the file's comment).
+class CudaChunkSplit : public ::testing::TestWithParam<ChunkCase> {};
+
+TEST_P(CudaChunkSplit, SameBytesAsTheProducers) {
+  PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
+  const ChunkCase& c = GetParam();
+  Rng r(4242 + static_cast<uint64_t>(c.ratio));
+  const int64_t H = 2, HV = H * c.ratio, K = 128, V = c.ratio == 1 ? 128 : 64;
+  const ChunkBatch b = make_batch(r, {1, 63, 64, 65, 130, 1000, 2049}, 16);
+  GdrIn in = make_gdr_in(r, b.qsl.back(), H, HV, K, V, c.act, DType::kFloat32);
+  Buf pool0 = make_ssm_pool(c.state, 16, HV, K, V, c.layout);
+  fill_normal(pool0, r, 0.3);
+  const ChunkRun split = run(Backend(Backend::kCUDA, Path::kChunkSplit), true, in, b, pool0, c.layout, c.act);
+  const ChunkRun prod = run(Backend(Backend::kCUDA, Path::kChunk32), true, in, b, pool0, c.layout, c.act);
+  EXPECT_EQ(byte_diff(split.o, prod.o), "") << "outputs";
+  EXPECT_EQ(byte_diff(split.pool, prod.pool), "") << "states";
+  // offsets that decrease at the end (the last sequence an empty pair, the contract's reading of
+  // qsl[i] > qsl[i + 1]; no ranges overlap): the chunk kernel's producers prepare every chunk
+  // themselves, and the calls still agree
+  ChunkBatch d = b;
+  d.qsl.back() = d.qsl[d.qsl.size() - 2] - 1;
+  const ChunkRun split_d = run(Backend(Backend::kCUDA, Path::kChunkSplit), true, in, d, pool0, c.layout, c.act);
+  const ChunkRun prod_d = run(Backend(Backend::kCUDA, Path::kChunk32), true, in, d, pool0, c.layout, c.act);
+  EXPECT_EQ(byte_diff(split_d.o, prod_d.o), "") << "outputs, decreasing offsets";
+  EXPECT_EQ(byte_diff(split_d.pool, prod_d.pool), "") << "states, decreasing offsets";
+}
+
 std::vector<ChunkCase> cases() {
   std::vector<ChunkCase> v;
   for (DType act : {DType::kBFloat16, DType::kFloat16})
     for (DType st : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
       for (StateLayout l : {StateLayout::kVK, StateLayout::kKV})
         for (int64_t ratio : {1, 2})
-          for (Path p : {Path::kChunk32, Path::kChunk64}) v.push_back({act, st, l, ratio, p});
+          for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunkSplit}) v.push_back({act, st, l, ratio, p});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaChunk, ::testing::ValuesIn(cases()), case_name);
@@ -194,10 +226,19 @@ std::vector<ChunkCase> form_cases() {
   std::vector<ChunkCase> v;
   for (DType act : {DType::kBFloat16, DType::kFloat16})
     for (DType st : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
-      for (Path p : {Path::kChunk32, Path::kChunk64}) v.push_back({act, st, StateLayout::kVK, 2, p});
+      for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunkSplit}) v.push_back({act, st, StateLayout::kVK, 2, p});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaChunkForms, ::testing::ValuesIn(form_cases()), case_name);
+
+std::vector<ChunkCase> split_cases() {
+  std::vector<ChunkCase> v;
+  for (DType act : {DType::kBFloat16})  // the split form's activations (chunk_prep_ok)
+    for (DType st : {DType::kFloat32, DType::kBFloat16})
+      for (int64_t ratio : {1, 2}) v.push_back({act, st, ratio == 1 ? StateLayout::kVK : StateLayout::kKV, ratio, Path::kChunkSplit});
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaChunkSplit, ::testing::ValuesIn(split_cases()), case_name);
 
 }  // namespace
 }  // namespace gdn::prop

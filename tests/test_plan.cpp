@@ -248,6 +248,25 @@ TEST(Plan, ChunkedOp) {
   EXPECT_EQ(vs(forms, 132), 0);
   EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kLean}), 0);          // a recurrence path, forced
   EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kStepCluster}), 32);  // another op's path: ignored
+  // The split form (prep kernel, then 32-column blocks): where the prep kernel takes the problem and
+  // the 32-column blocks are at most chunk_split_blocks in H200 units; forced where it can run.
+  auto split = [](ChunkProblem p, int sms, Override f = {}, bool ok = true) {
+    p.split_ok = ok;
+    const ChunkPlan pl = plan_chunked(p, 9, sms, f);
+    EXPECT_TRUE(!pl.split || pl.vs == 32) << "the split form's blocks take 32 columns";
+    return pl.chunk && pl.split;
+  };
+  const int64_t max_seqs = kSm90.chunk_split_blocks / (32 * 128 / 32);  // sequences of 32 heads of 128 columns
+  ASSERT_GE(max_seqs, 1);
+  EXPECT_TRUE(split(chunk_of(max_seqs, 8192), 132));
+  EXPECT_FALSE(split(chunk_of(max_seqs + 1, 8192), 132));
+  EXPECT_FALSE(split(chunk_of(max_seqs, 8192), 132, {}, false));  // the prep kernel cannot take it
+  EXPECT_TRUE(split(chunk_of(max_seqs + 1, 8192), 264));          // the same blocks on twice the SMs
+  EXPECT_TRUE(split(chunk_of(64, 256), 132, {Path::kChunkSplit}));
+  EXPECT_FALSE(split(chunk_of(64, 256), 132, {Path::kChunkSplit}, false));
+  EXPECT_EQ(vs(chunk_of(64, 256), 132, {Path::kChunkSplit}), 32);  // forced, cannot: 32-column producers
+  EXPECT_FALSE(split(chunk_of(max_seqs, 8192), 132, {Path::kChunk32}));
+  EXPECT_TRUE(is_chunk_path(Path::kChunkSplit) && !is_step_path(Path::kChunkSplit));
   EXPECT_TRUE(is_chunk_path(Path::kChunk32) && is_chunk_path(Path::kChunk64) && !is_chunk_path(Path::kPacked));
   EXPECT_FALSE(is_step_path(Path::kChunk32));
   // The recurrence's planner ignores the chunk kernel's paths.
@@ -280,6 +299,18 @@ TEST(Plan, AttentionChunk) {
   EXPECT_EQ(plan(1, 8192, {Path::kChunk64}).vs, 64);
   EXPECT_EQ(plan(8, 8192, {Path::kChunk32}).vs, 32);
   EXPECT_FALSE(plan(1, 8192, {Path::kChunk64}, false).chunk);
+  EXPECT_FALSE(plan(1, 8192).split);  // the prep kernel not available (split_ok false)
+  AttentionChunkProblem sp;
+  sp.prefills = 1;
+  sp.prefill_rows = 8192;
+  sp.HV = 32;
+  sp.V = 128;
+  sp.chunk_ok = sp.split_ok = true;
+  EXPECT_TRUE(plan_attention_chunk(sp, 9, 132).split);
+  EXPECT_EQ(plan_attention_chunk(sp, 9, 132).vs, 32);
+  sp.prefills = 8;
+  EXPECT_FALSE(plan_attention_chunk(sp, 9, 132).split);
+  EXPECT_TRUE(plan_attention_chunk(sp, 9, 132, {Path::kChunkSplit}).split);
 }
 
 // The deferred-commit kernel: four-warp blocks of 32 rows unless their grid has at most

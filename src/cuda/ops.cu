@@ -327,6 +327,7 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
     cp.V = p.V;
     cp.chunk_ok = chunk_ok(a, major);
     cp.vs64_fits = device_props(dev).smem_optin >= chunk_smem_bytes(64);
+    cp.split_ok = chunk_prep_ok(a.q.dtype, p.V, device_props(dev).smem_optin);
     cp.chunk_only = !default_gates(a);
     const plan::ChunkPlan pl = plan::plan_chunked(cp, major, sms, force);
     p.early_meta = a.metadata_ready_early && pdl_enabled();
@@ -336,7 +337,14 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
       return launch_recurrent_any(p, a.q.dtype, a.ssm_state.dtype, false, force, s, &one_launch);
     }
     p.vs = pl.vs;
-    return launch_chunk_any(p, a.q.dtype, a.ssm_state.dtype, s);
+    if (!pl.split || p.group[0].limit == 0) return launch_chunk_any(p, a.q.dtype, a.ssm_state.dtype, s);
+    // the split form's records: allocated before anything is written
+    p.prep_rows = p.group[0].limit;
+    GDN_RETURN_IF_ERROR(workspace_alloc(
+        dev, static_cast<size_t>(chunk_prep_bytes(p.prep_rows, p.HV, p.V, dtype_size(a.q.dtype))), s, &p.prep));
+    const Status st = launch_chunk_any(p, a.q.dtype, a.ssm_state.dtype, s);
+    const Status freed = workspace_free(p.prep, s);
+    return st.ok() ? freed : st;
   });
 }
 
@@ -398,6 +406,7 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
     ap.V = rp.V;
     ap.chunk_ok = n_ns > 0 && attention_chunk_ok(a, L, major);
     ap.vs64_fits = device_props(dev).smem_optin >= chunk_smem_bytes(64);
+    ap.split_ok = chunk_prep_ok(act, rp.V, device_props(dev).smem_optin);
     const plan::AttentionChunkPlan chunk = plan::plan_attention_chunk(ap, major, sms, force);
     rp.early_meta = a.metadata_ready_early && pdl_enabled();
     auto s = static_cast<cudaStream_t>(stream);
@@ -405,8 +414,12 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
     if (chunk.chunk) {  // the long prefills: their conv into a buffer, then the chunk kernel; the rest in the step
       rp.chunk_from = cp.chunk_from = chunk.from;  // what each launch below reads of the split
       const int64_t rows = step.group[0].limit;
-      void* ws = nullptr;  // [group 0's local tokens, D]: allocated before anything is written
-      GDN_RETURN_IF_ERROR(workspace_alloc(dev, static_cast<size_t>(rows * L.D) * dtype_size(act), s, &ws));
+      // [group 0's local tokens, D] (the conv's output), then the split form's records: allocated
+      // before anything is written
+      const size_t conv_bytes = (static_cast<size_t>(rows * L.D) * dtype_size(act) + 255) / 256 * 256;
+      const size_t prep_bytes = chunk.split ? static_cast<size_t>(chunk_prep_bytes(rows, rp.HV, rp.V, dtype_size(act))) : 0;
+      void* ws = nullptr;
+      GDN_RETURN_IF_ERROR(workspace_alloc(dev, conv_bytes + prep_bytes, s, &ws));
       const Status st = [&]() -> Status {
         GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true,
                                                  plan::Override{plan::Path::kStepTwoLaunches}, s, &one_launch));
@@ -421,6 +434,10 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
         kp.src.q_rs = L.D;
         kp.a_dtype = kp.b_dtype = float_code(act);
         kp.vs = chunk.vs;
+        if (chunk.split) {
+          kp.prep = static_cast<char*>(ws) + conv_bytes;
+          kp.prep_rows = rows;
+        }
         GDN_RETURN_IF_ERROR(launch_chunk_any(kp, act, a.ssm_state.dtype, s));
         return launch_conv(cp, act, true, s);
       }();

@@ -14,6 +14,9 @@
 //     as the next chunk's operand; then they stage chunk c + 2's inputs into c's buffer (the raw q,
 //     k, v, a, b, stage_chunk; gdn_attention: q, k, v from conv_rows.cu's buffer), so that the producers,
 //     the longer chain, never wait for a load (the consumers stage chunks 0 and 1 first).
+// Split form (ChunkParams::prep, chunk_split.cuh): the prep kernel has written every chunk's
+// producer results beforehand; the producers load chunk c + 2's records and raw q, k into the
+// buffer the consumers released, and the chain per chunk is the consumers' alone.
 // The l2 norms, beta and the decays are row and column scalings in float32 of products of the raw
 // 16-bit inputs (no normalised copy is stored). T is never formed: producer warp b inverts the
 // 16 x 16 diagonal block D_b = (I + L_bb)^-1 (float32 forward substitution) and forms
@@ -22,7 +25,7 @@
 // activation dtype) and accumulate in float32, as FLA's chunk kernel does; outputs and the state
 // are rounded once.
 #pragma once
-#include "cuda/chunk/chunk_prep.cuh"
+#include "cuda/chunk/chunk_split.cuh"
 
 namespace gdn::cuda::chunk {
 
@@ -41,8 +44,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
   const SeqInfo si = resolve_seq(p, p.group[0], blockIdx.z, p.fused);
   const int64_t len = si.tr.len, lt_begin = si.tr.begin;
   if (len == 0) return;
+  const bool ordered = (p.fused || p.prep) ? ordered_offsets(p.group[0]) : true;
   // fused: short sequences, and every sequence of a batch whose offsets decrease, are the step's
-  if (p.fused && (len < p.chunk_from || !ordered_offsets(p.group[0]))) return;
+  if (p.fused && (len < p.chunk_from || !ordered)) return;
+  const bool split = p.prep != nullptr && ordered;  // the prep kernel's records (chunk_split.cuh)
   TAct* o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + v0;
   bool pad = si.pad;
   if (p.fused) {  // a token outside the buffer makes its sequence padding
@@ -66,16 +71,19 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
     const float A = p.decay_given ? 0.f : -expf(p.A_log(hv)), dtb = p.decay_given ? 0.f : p.dt_bias(hv);
     for (int64_t ci = 0; ci < nchunks; ++ci) {
       const int buf = static_cast<int>(ci & 1);
-      mma::bar_sync(kEmpty + buf, kThreads);  // the consumers staged chunk ci into buf
-      prep_chunk<TAct, VS>(p, smem, buf, chunk_len(ci), A, dtb, warp, lane, tid);
+      mma::bar_sync(kEmpty + buf, kThreads);  // the consumers staged chunk ci into buf (split: released buf)
+      if (split) load_chunk<TAct, L>(p, src, smem, buf, lt_begin + ci * kC, chunk_len(ci), hv, v0, tid);
+      else prep_chunk<TAct, L>(p, smem, buf, chunk_len(ci), A, dtb, warp, lane, tid);
       mma::bar_arrive(kFull + buf, kThreads);
     }
     return;
   }
-  // Consumers: chunk ci's inputs into buffer ci & 1, for the producers.
+  // Consumers: chunk ci's inputs into buffer ci & 1, for the producers (split: the producers load
+  // it, the consumers only release the buffer).
   auto stage = [&](int64_t ci) {
-    stage_chunk<TAct, VS>(p, src, smem, static_cast<int>(ci & 1), lt_begin + ci * kC, chunk_len(ci),
-                          tid - kGroupThreads, kCons);
+    if (!split)
+      stage_chunk<TAct, L>(p, src, smem, static_cast<int>(ci & 1), lt_begin + ci * kC, chunk_len(ci),
+                           tid - kGroupThreads, kCons);
     mma::bar_arrive(kEmpty + (ci & 1), kThreads);
   };
 

@@ -16,7 +16,24 @@ struct ChunkParams : RecurrentParams {
   bool decay_given = false, beta_given = false, l2norm = true;
   bool fused = false;
   int vs = 64;  // value columns per block (the planner's choice: chunk_value_split)
+  // Split form (the planner's, where few blocks walk long sequences): a prep kernel, parallel over
+  // (chunk, value head), writes what the producers would compute into `prep` (device memory of
+  // chunk_prep_bytes, records [HV][prep_rows] of chunk_record_bytes each); the chunk kernel's
+  // producers then only load it. Null: the producers compute it.
+  void* prep = nullptr;
+  int64_t prep_rows = 0;  // group 0's local tokens (its limit)
 };
+
+// The prep record of a (value head, local token): the rows of W (K = 128), U (V) and P (64) in the
+// activation dtype, then four floats (the cumulative log decay, scale / |q|, 1 / |k|, 0).
+constexpr int64_t chunk_record_bytes(int64_t V, int64_t act_bytes) { return (128 + V + 64) * act_bytes + 16; }
+inline int64_t chunk_prep_bytes(int64_t rows, int64_t HV, int64_t V, int64_t act_bytes) {
+  return rows * HV * chunk_record_bytes(V, act_bytes);
+}
+// Whether the split form takes the problem: bfloat16 activations (with float16 its outputs differ
+// from the producers' in some bytes, within the 16-bit tolerance; not explained yet, so float16 keeps
+// the producers), V = 64 or 128 (the prep kernel's instances), its shared memory on the device.
+bool chunk_prep_ok(DType act, int64_t V, size_t smem_optin);
 
 // The launch for p (vs 32 or 64); the caller has checked that the kernel takes the problem (ops.cu,
 // chunk_ok: K = 128, V a multiple of vs, 16-bit q/k/v/o with 16-byte aligned rows, sm_80+).

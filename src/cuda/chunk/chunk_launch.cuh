@@ -1,6 +1,8 @@
 // src/cuda/chunk/chunk_launch.cuh — the chunk kernel's launcher, instantiated per activation dtype in
 // chunk_bf16.cu and chunk_f16.cu.
 #pragma once
+#include <type_traits>
+
 #include "cuda/chunk/chunk.cuh"
 
 namespace gdn::cuda {
@@ -14,9 +16,26 @@ Status launch_chunk_vs(const ChunkParams& p, cudaStream_t stream) {
   return Launch(grid, dim3(chunk::kThreads), kBytes, stream)(kernel, p);
 }
 
+// The split form's prep kernel, for value heads of V columns.
+template <typename TAct, int V>
+Status launch_chunk_prep(const ChunkParams& p, cudaStream_t stream) {
+  constexpr size_t kBytes = chunk::Layout<V, true>::kBytes;
+  auto kernel = chunk::chunk_prep_kernel<TAct, V>;
+  GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
+  const GroupMeta& g = p.group[0];
+  const dim3 grid(static_cast<unsigned>((g.limit + chunk::kC - 1) / chunk::kC + g.n), static_cast<unsigned>(p.HV));
+  return Launch(grid, dim3(chunk::kGroupThreads), kBytes, stream)(kernel, p);
+}
+
 template <typename TAct, typename TState>
 Status launch_chunk(const ChunkParams& p, cudaStream_t stream) {
   if (p.group[0].n == 0) return Status::Ok();
+  if constexpr (std::is_same_v<TAct, __nv_bfloat16>) {  // the split form: bfloat16 (chunk_prep_ok)
+    if (p.prep) {
+      const Status st = p.V == 128 ? launch_chunk_prep<TAct, 128>(p, stream) : launch_chunk_prep<TAct, 64>(p, stream);
+      if (!st.ok()) return st;
+    }
+  }
   return p.vs == 64 ? launch_chunk_vs<TAct, TState, 64>(p, stream) : launch_chunk_vs<TAct, TState, 32>(p, stream);
 }
 

@@ -17,10 +17,10 @@ __device__ __forceinline__ int64_t* chunk_rows(unsigned char* smem, size_t rows_
 // one group (barrier `bar`): q, k, v (cp.async, zeros past n) and the gate inputs a, b (as floats in
 // the buffer's G and beta, which prep_chunk turns into the gates); fused, first the tokens' global
 // rows (where a and b are read and the outputs written). Ends with the group's barrier.
-template <typename TAct, int VS>
+template <typename TAct, typename L>
 __device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc<TAct>& src, unsigned char* smem,
                                             int buf, int64_t lt0, int n, int gt, int bar) {
-  using L = Layout<VS>;
+  constexpr int VS = L::kVS;
   TAct* s16 = reinterpret_cast<TAct*>(smem);
   int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
   if (p.fused) {
@@ -64,11 +64,10 @@ __constant__ const int8_t kTiles[4][3] = {{12, 13, 0}, {14, 15, 5}, {8, 9, -1}, 
 
 // What the chunk in buffer buf needs beside the state, from its staged inputs: the gates, norms, P,
 // L, T's diagonal blocks and [W | U].
-template <typename TAct, int VS>
+template <typename TAct, typename L>
 __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* smem, int buf, int n, float A,
                                            float dtb, int w, int lane, int tid) {
-  using L = Layout<VS>;
-  constexpr int kLdV = L::kLdV, kNV = VS / 8;
+  constexpr int kLdV = L::kLdV, kNV = L::kVS / 8;
   constexpr int kNT = kK / 8 + kNV, kNTW = kNT / 4;  // column tiles of [W | U], per warp
   static_assert(kNT % 4 == 0, "the column tiles split evenly over the 4 producer warps");
   TAct* s16 = reinterpret_cast<TAct*>(smem);

@@ -15,31 +15,36 @@ constexpr int kLdB = 16 + 8;  // of the 16 x 16 blocks D and M
 // within the producer group, within the consumer group.
 constexpr int kFull = 1, kEmpty = 3, kProd = 5, kCons = 6;
 
-// Shared memory: 16-bit tiles (element offsets), then floats. [2]: one per chunk in flight.
-template <int VS>
+// Shared memory: 16-bit tiles (element offsets), then floats. kBufs: one buffer per chunk in
+// flight. The main kernel: two buffers and the consumers' tiles. The prep kernel (kPrep: one chunk,
+// every value column, VS = V): one buffer, W over q (q is read only before W is written), no
+// consumer tiles.
+template <int VS, bool kPrep = false>
 struct Layout {
+  static constexpr int kVS = VS, kBufs = kPrep ? 1 : 2;
   static constexpr int kLdV = VS + 8;
-  static constexpr int kQ = 0;                     // [2][kC][kLdK] raw q
-  static constexpr int kKr = kQ + 2 * kC * kLdK;   // [2][kC][kLdK] raw k
-  static constexpr int kV = kKr + 2 * kC * kLdK;   // [2][kC][kLdV] raw v (the block's columns)
-  static constexpr int kW = kV + 2 * kC * kLdV;    // [2][kC][kLdK] W
-  static constexpr int kU = kW + 2 * kC * kLdK;    // [2][kC][kLdV] U
-  static constexpr int kP = kU + 2 * kC * kLdV;    // [2][kC][kLdL] P = (q^ k^T o exp(G_i - G_j), j <= i)
-  static constexpr int kDel = kP + 2 * kC * kLdL;  // [kC][kLdV] delta (consumers)
-  static constexpr int kDd = kDel + kC * kLdV;     // [kC][kLdV] diag(exp(G_last - G) / |k|) delta (consumers)
-  static constexpr int kS = kDd + kC * kLdV;       // [kK][kLdV] H, 16-bit (consumers)
-  static constexpr int kLb = kS + kK * kLdV;       // [kC][kLdL] L below the diagonal blocks, 16-bit (producers)
-  static constexpr int kDk = kLb + kC * kLdL;      // [4][16][kLdB] D_b diag(beta exp(G) / |k|)
-  static constexpr int kDv = kDk + 4 * 16 * kLdB;  // [4][16][kLdB] D_b diag(beta)
-  static constexpr int kDn = kDv + 4 * 16 * kLdB;  // [4][16][kLdB] -D_b
-  static constexpr int kM = kDn + 4 * 16 * kLdB;   // [6][16][kLdB] M_bm = -D_b L_bm, index b (b - 1) / 2 + m
+  static constexpr int kQ = 0;                            // [kBufs][kC][kLdK] raw q
+  static constexpr int kKr = kQ + kBufs * kC * kLdK;      // [kBufs][kC][kLdK] raw k
+  static constexpr int kV = kKr + kBufs * kC * kLdK;      // [kBufs][kC][kLdV] raw v (the block's columns)
+  static constexpr int kVEnd = kV + kBufs * kC * kLdV;
+  static constexpr int kW = kPrep ? kQ : kVEnd;           // [kBufs][kC][kLdK] W
+  static constexpr int kU = kPrep ? kVEnd : kW + kBufs * kC * kLdK;  // [kBufs][kC][kLdV] U
+  static constexpr int kP = kU + kBufs * kC * kLdV;       // [kBufs][kC][kLdL] P = (q^ k^T o exp(G_i - G_j), j <= i)
+  static constexpr int kDel = kP + kBufs * kC * kLdL;     // [kC][kLdV] delta (consumers)
+  static constexpr int kDd = kDel + (kPrep ? 0 : kC * kLdV);  // [kC][kLdV] diag(exp(G_last - G) / |k|) delta (consumers)
+  static constexpr int kS = kDd + (kPrep ? 0 : kC * kLdV);    // [kK][kLdV] H, 16-bit (consumers)
+  static constexpr int kLb = kS + (kPrep ? 0 : kK * kLdV);    // [kC][kLdL] L below the diagonal blocks, 16-bit (producers)
+  static constexpr int kDk = kLb + kC * kLdL;             // [4][16][kLdB] D_b diag(beta exp(G) / |k|)
+  static constexpr int kDv = kDk + 4 * 16 * kLdB;         // [4][16][kLdB] D_b diag(beta)
+  static constexpr int kDn = kDv + 4 * 16 * kLdB;         // [4][16][kLdB] -D_b
+  static constexpr int kM = kDn + 4 * 16 * kLdB;          // [6][16][kLdB] M_bm = -D_b L_bm, index b (b - 1) / 2 + m
   static constexpr int k16 = kM + 6 * 16 * kLdB;
-  static constexpr int kLd = 0;                    // [4][16][17] diagonal blocks of L, float (producers)
-  static constexpr int kVec = kLd + 4 * 16 * 17;   // [2][4][kC]: G (cumulative log decay), beta, scale / |q|, 1 / |k|
-  static constexpr int kF = kVec + 2 * 4 * kC;
-  // int64 after the floats (fused): [2][kC] the chunk tokens' global rows
+  static constexpr int kLd = 0;                           // [4][16][17] diagonal blocks of L, float (producers)
+  static constexpr int kVec = kLd + 4 * 16 * 17;          // [kBufs][4][kC]: G (cumulative log decay), beta, scale / |q|, 1 / |k|
+  static constexpr int kF = kVec + kBufs * 4 * kC;
+  // int64 after the floats (fused): [kBufs][kC] the chunk tokens' global rows
   static constexpr size_t kRowsAt = static_cast<size_t>(k16) * 2 + static_cast<size_t>(kF) * 4;
-  static constexpr size_t kBytes = kRowsAt + 2 * kC * sizeof(int64_t);
+  static constexpr size_t kBytes = kRowsAt + kBufs * kC * sizeof(int64_t);
   static_assert(kBytes <= 232448, "fits the opt-in shared memory of sm_90");
   static_assert(k16 % 8 == 0 && kRowsAt % 8 == 0, "the float area starts 16-byte aligned, the rows 8-byte aligned");
 };

@@ -9,7 +9,7 @@ namespace {
 constexpr const char* kNames[] = {"auto",           "lean",           "lean_more",         "lean_staged",
                                   "pipelined",      "register_small", "register_mid",      "register_large",
                                   "packed",         "deferred",       "deferred_small",    "chunk_vs32",
-                                  "chunk_vs64",     "step_pipelined", "step_pipelined_prologue",
+                                  "chunk_vs64",     "chunk_split",    "step_pipelined",    "step_pipelined_prologue",
                                   "step_cluster",   "step_cluster_lean", "step_two_launches"};
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Path::kCount), "a name per path");
 
@@ -203,7 +203,7 @@ bool parse_path(const char* s, Path* out) {
 }
 
 bool is_step_path(Path p) { return p >= Path::kStepPipelined && p < Path::kCount; }
-bool is_chunk_path(Path p) { return p == Path::kChunk32 || p == Path::kChunk64; }
+bool is_chunk_path(Path p) { return p == Path::kChunk32 || p == Path::kChunk64 || p == Path::kChunkSplit; }
 bool is_deferred_path(Path p) { return p == Path::kDeferred || p == Path::kDeferredSmall; }
 
 DeferredPlan plan_deferred(const DeferredProblem& p, int cc_major, int sms, Override force) {
@@ -227,6 +227,7 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
   const bool vs64_ok = p.V % 64 == 0 && p.vs64_fits;
   if (is_chunk_path(force.path)) {
     pl.chunk = true;
+    pl.split = force.path == Path::kChunkSplit && p.split_ok;
     pl.vs = force.path == Path::kChunk64 && vs64_ok ? 64 : 32;
     return pl;
   }
@@ -236,7 +237,9 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
     if (p.tokens < int64_t{t.chunk_min_tokens} * p.nseq) return pl;
   }
   pl.chunk = true;
-  pl.vs = vs64_ok && at_least(p.nseq * p.HV * (p.V / 64), t.chunk_vs64_blocks, t, sms > 0 ? sms : 1) ? 64 : 32;
+  const int n_sms = sms > 0 ? sms : 1;
+  pl.split = p.split_ok && at_most(p.nseq * p.HV * (p.V / 32), t.chunk_split_blocks, t, n_sms);
+  pl.vs = !pl.split && vs64_ok && at_least(p.nseq * p.HV * (p.V / 64), t.chunk_vs64_blocks, t, n_sms) ? 64 : 32;
   return pl;
 }
 
@@ -252,10 +255,12 @@ AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_m
   cp.V = p.V;
   cp.chunk_ok = true;
   cp.vs64_fits = p.vs64_fits;
+  cp.split_ok = p.split_ok;
   cp.chunk_only = true;  // the length test is the device's, per sequence
   const ChunkPlan c = plan_chunked(cp, cc_major, sms, force);
   pl.chunk = c.chunk;
   pl.vs = c.vs;
+  pl.split = c.split;
   pl.from = t.chunk_min_tokens;
   return pl;
 }

@@ -39,6 +39,7 @@ enum class Path : uint8_t {
   // the chunked op's chunk kernel, by value columns per block
   kChunk32,
   kChunk64,
+  kChunkSplit,  // the split form: prep kernel, then 32-column blocks that only load its records
   // gdn_attention's step
   kStepPipelined,
   kStepPipelinedPrologue,  // the block's first groups convolved by all its warps before the copies
@@ -120,10 +121,14 @@ struct ChunkProblem {
   bool chunk_ok = false;  // K = 128, V a multiple of 32, 16-bit aligned activations, sm_80+, shared memory
   bool vs64_fits = true;  // the 64-column block's shared memory fits the device
   bool chunk_only = false;  // gate or norm forms the recurrence kernels lack: the chunk kernel whatever the batch
+  bool split_ok = false;    // the prep kernel takes V and fits the device (chunk_prep_ok)
 };
+// split: the prep kernel first (parallel over chunks and value heads), then blocks of 32 columns
+// that only load its records, where few blocks would walk long sequences (chunk_split_blocks).
 struct ChunkPlan {
   bool chunk = false;
   int vs = 32;
+  bool split = false;
 };
 ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override force = {});
 
@@ -137,10 +142,12 @@ struct AttentionChunkProblem {
   int HV = 0, V = 0;
   bool chunk_ok = false;  // as ChunkProblem, for the projections, the conv pool and core_attn_out
   bool vs64_fits = true;
+  bool split_ok = false;
 };
 struct AttentionChunkPlan {
   bool chunk = false;
   int vs = 32;
+  bool split = false;
   int64_t from = 0;  // chunk kernel: non-spec sequences of at least this many tokens
 };
 AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_major, int sms, Override force = {});

@@ -40,6 +40,7 @@ struct Tuning {
   // The chunked op.
   int chunk_min_tokens;   // the chunk kernel from this many tokens per sequence (on average)
   int chunk_vs64_blocks;  // 64 value columns per block from this many such blocks
+  int chunk_split_blocks;  // the split form (prep kernel first) up to this many 32-column blocks
 };
 
 // sm_90 (H100, H200, H20), measured on an H200 with the three model shapes of docs/performance.md.
@@ -65,6 +66,7 @@ inline constexpr Tuning kSm90 = {
     /*deferred_small_blocks=*/66,
     /*chunk_min_tokens=*/32,
     /*chunk_vs64_blocks=*/132,
+    /*chunk_split_blocks=*/132,
 };
 
 inline const Tuning& tuning_for(int /*cc_major*/) { return kSm90; }

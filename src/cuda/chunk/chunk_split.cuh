@@ -1,0 +1,148 @@
+// src/cuda/chunk/chunk_split.cuh — the chunk kernel's split form (chunk.h, ChunkParams::prep): a prep
+// kernel computes, for every (chunk, value head) in parallel, what the producer group would
+// (chunk_prep.cuh: the gates, norms, P, L and [W | U], for every value column at once) and writes
+// it as records (chunk.h); the chunk kernel's producers then only load a chunk's records and raw q,
+// k. A long sequence's chain is then the consumers' alone, and the producers' work is done once per
+// value head instead of once per value slice. The records hold the same 16-bit and float values the
+// producers would have computed, so both forms give the same bytes.
+#pragma once
+#include <cub/block/block_scan.cuh>
+
+#include "cuda/chunk/chunk_prep.cuh"
+
+namespace gdn::cuda::chunk {
+
+// Record rows of value head hv from local token lt (16-byte aligned: K + V + kC is a multiple of 8).
+template <typename TAct>
+__device__ __forceinline__ const char* prep_at(const ChunkParams& p, int hv, int64_t lt) {
+  const int64_t rb = chunk_record_bytes(p.V, sizeof(TAct));
+  return static_cast<const char*>(p.prep) + (static_cast<int64_t>(hv) * p.prep_rows + lt) * rb;
+}
+
+// The prep kernel's output: the n rows of buffer 0's chunk (local tokens lt0..) as records.
+template <typename TAct, typename L>
+__device__ __forceinline__ void store_records(const ChunkParams& p, unsigned char* smem, int64_t lt0, int n, int hv,
+                                              int tid) {
+  constexpr int V = L::kVS, kPieces = (kK + V + kC) / 8 + 1;  // 16-byte pieces: W, U, P, the floats
+  const TAct* s16 = reinterpret_cast<const TAct*>(smem);
+  const ChunkVecs cv = chunk_vecs(reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2) + L::kVec, 0);
+  const int64_t rb = chunk_record_bytes(V, sizeof(TAct));
+  char* base = static_cast<char*>(p.prep) + (static_cast<int64_t>(hv) * p.prep_rows + lt0) * rb;
+  for (int e = tid; e < n * kPieces; e += kGroupThreads) {
+    const int t = e / kPieces, s = e % kPieces;
+    uint4 v;
+    if (s < kK / 8) v = *reinterpret_cast<const uint4*>(s16 + L::kW + t * kLdK + 8 * s);
+    else if (s < (kK + V) / 8) v = *reinterpret_cast<const uint4*>(s16 + L::kU + t * L::kLdV + 8 * (s - kK / 8));
+    else if (s < kPieces - 1) v = *reinterpret_cast<const uint4*>(s16 + L::kP + t * kLdL + 8 * (s - (kK + V) / 8));
+    else v = make_uint4(__float_as_uint(cv.G[t]), __float_as_uint(cv.nq[t]), __float_as_uint(cv.nk[t]), 0u);
+    *reinterpret_cast<uint4*>(base + t * rb + 16 * s) = v;
+  }
+}
+
+// Split form, the producer group (128 threads gt): chunk ci's raw q and k and its records (the
+// block's value columns of U) into buffer buf, as prep_chunk would have left it for the consumers;
+// rows past n zero, their decay the last token's (as the producers' gates give them).
+template <typename TAct, typename L>
+__device__ __forceinline__ void load_chunk(const ChunkParams& p, const ChunkSrc<TAct>& src, unsigned char* smem,
+                                           int buf, int64_t lt0, int n, int hv, int v0, int gt) {
+  constexpr int VS = L::kVS;
+  TAct* s16 = reinterpret_cast<TAct*>(smem);
+  int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
+  if (p.fused && gt < kC) crow[gt] = gt < n ? token_row(p, lt0 + gt) : 0;
+  TAct* dq = s16 + L::kQ + buf * kC * kLdK;
+  TAct* dk = s16 + L::kKr + buf * kC * kLdK;
+  TAct* dw = s16 + L::kW + buf * kC * kLdK;
+  TAct* du = s16 + L::kU + buf * kC * L::kLdV;
+  TAct* dp = s16 + L::kP + buf * kC * kLdL;
+  const int64_t rb = chunk_record_bytes(p.V, sizeof(TAct));
+  const char* rec = prep_at<TAct>(p, hv, lt0);
+  for (int e = gt; e < kC * (kK / 8); e += kGroupThreads) {
+    const int t = e / (kK / 8), s = e % (kK / 8);
+    const bool ok = t < n;
+    const int64_t r = lt0 + (ok ? t : 0);
+    mma::cp_async16(dq + t * kLdK + s * 8, src.q + r * src.q_rs + s * 8, ok);
+    mma::cp_async16(dk + t * kLdK + s * 8, src.k + r * src.k_rs + s * 8, ok);
+    mma::cp_async16(dw + t * kLdK + s * 8, rec + (ok ? t : 0) * rb + 16 * s, ok);
+  }
+  for (int e = gt; e < kC * (VS / 8); e += kGroupThreads) {
+    const int t = e / (VS / 8), s = e % (VS / 8);
+    const bool ok = t < n;
+    mma::cp_async16(du + t * L::kLdV + s * 8, rec + (ok ? t : 0) * rb + 2 * (kK + v0) + 16 * s, ok);
+  }
+  for (int e = gt; e < kC * (kC / 8); e += kGroupThreads) {
+    const int t = e / (kC / 8), s = e % (kC / 8);
+    const bool ok = t < n;
+    mma::cp_async16(dp + t * kLdL + s * 8, rec + (ok ? t : 0) * rb + 2 * (kK + p.V) + 16 * s, ok);
+  }
+  mma::cp_async_commit();
+  float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (gt < n) f = *reinterpret_cast<const float4*>(rec + gt * rb + 2 * (kK + p.V + kC));
+  mma::cp_async_wait_all();
+  const ChunkVecs cv = chunk_vecs(reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2) + L::kVec, buf);
+  if (gt < n) {
+    cv.G[gt] = f.x;
+    cv.nq[gt] = f.y;
+    cv.nk[gt] = f.z;
+  }
+  mma::bar_sync(kProd, kGroupThreads);  // G[n - 1]
+  if (gt >= n && gt < kC) {
+    cv.G[gt] = cv.G[n - 1];
+    cv.nq[gt] = cv.nk[gt] = 0.f;
+  }
+}
+
+// The prep kernel: block (x, value head): the x-th chunk, in order, of the chunk kernel's sequences
+// (usable, non-padding; fused: of at least chunk_from tokens with every token row in the buffer),
+// prepared for every value column and stored as records. Blocks past the last chunk, and every
+// block of a batch whose offsets decrease (the chunk kernel's producers then prepare each chunk
+// themselves, chunk.cuh), do nothing.
+//   grid = (ceil(limit / kC) + n, HV), block = kGroupThreads
+template <typename TAct, int V>
+__global__ void __launch_bounds__(kGroupThreads) chunk_prep_kernel(const ChunkParams p) {
+  using L = Layout<V, true>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, hv = blockIdx.y, h = hv / p.r;
+  pdl_start();
+  const GroupMeta& g = p.group[0];
+  if (!ordered_offsets(g)) return;
+  // This block's sequence and chunk: the chunk counts of 128 sequences at a time, scanned.
+  using Scan = cub::BlockScan<long long, kGroupThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ long long s_at[2];  // sequence, chunk in it
+  if (tid == 0) s_at[0] = -1;
+  long long before = 0;  // chunks of the sequences already scanned
+  for (int64_t i0 = 0; i0 < g.n; i0 += kGroupThreads) {
+    const int64_t i = i0 + tid;
+    long long nch = 0;
+    if (i < g.n) {
+      const SeqInfo s = resolve_seq(p, g, i, p.fused);
+      if (s.tr.len > 0 && !s.pad && !(p.fused && s.tr.len < p.chunk_from)) nch = (s.tr.len + kC - 1) / kC;
+    }
+    long long excl = 0, total = 0;
+    Scan(scan_tmp).ExclusiveSum(nch, excl, total);
+    const long long x = static_cast<long long>(blockIdx.x) - before;
+    if (x >= excl && x < excl + nch) {
+      s_at[0] = i;
+      s_at[1] = x - excl;
+    }
+    before += total;
+    __syncthreads();  // s_at; scan_tmp free again
+    if (s_at[0] >= 0 || static_cast<long long>(blockIdx.x) < before) break;
+  }
+  if (s_at[0] < 0) return;  // past the last chunk
+  const SeqInfo si = resolve_seq(p, g, s_at[0], p.fused);
+  const int64_t x = s_at[1];
+  const int64_t lt0 = si.tr.begin + x * kC;
+  const int n = static_cast<int>(si.tr.len - x * kC < kC ? si.tr.len - x * kC : kC);
+  if (p.fused) {  // a token row outside the buffer makes the sequence padding (nothing to read)
+    const bool bad = tid < n && global_row(g, lt0 + tid, p.src.num_actual_tokens) < 0;
+    if (__syncthreads_or(bad)) return;
+  }
+  stage_chunk<TAct, L>(p, chunk_src<TAct>(p, h, hv, 0), smem, 0, lt0, n, tid, kProd);
+  const float A = p.decay_given ? 0.f : -expf(p.A_log(hv)), dtb = p.decay_given ? 0.f : p.dt_bias(hv);
+  prep_chunk<TAct, L>(p, smem, 0, n, A, dtb, warp, lane, tid);
+  mma::bar_sync(kProd, kGroupThreads);
+  store_records<TAct, L>(p, smem, lt0, n, hv, tid);
+}
+
+}  // namespace gdn::cuda::chunk
