@@ -7,7 +7,7 @@
   reference by FLA's error-ratio thresholds (0.005 chunked, 0.002 recurrent).
 * enable / disable on stand-in layers of both lookup layouts (module functions, instance
   attributes): what is patched, that disable restores it, and the errors.
-* With transformers installed: tiny random Qwen3-Next and Qwen3.5 models built in code, float32 on
+* With transformers installed: tiny random Qwen3-Next, Qwen3.5 and Qwen3.5-MoE models built in code, float32 on
   the CPU: logits of a prompt and of greedy decoding with gdn-kernels against the model's own torch
   path (relative max error 1e-3: float32 sums in another order), and the same greedy tokens, for one
   prompt and for a left-padded batch of two (attention_mask); bf16 on
@@ -185,6 +185,9 @@ def tiny_models(head_dim=16):
         out.append(("qwen3_next", lambda: transformers.Qwen3NextForCausalLM(transformers.Qwen3NextConfig(**common, **moe))))
     if hasattr(transformers, "Qwen3_5ForCausalLM"):
         out.append(("qwen3_5", lambda: transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**common))))
+    if hasattr(transformers, "Qwen3_5MoeForCausalLM"):
+        out.append(("qwen3_5_moe", lambda: transformers.Qwen3_5MoeForCausalLM(
+            transformers.Qwen3_5MoeTextConfig(**common, **moe))))
     if not out:
         pytest.skip("this transformers has neither Qwen3-Next nor Qwen3.5")
     return out
@@ -197,11 +200,11 @@ def test_tiny_models_against_their_torch_path():
         prompt = torch.randint(0, 99, (1, 12))
         with torch.no_grad():
             ref_logits = model(prompt).logits
-            ref_tokens = model.generate(prompt, max_new_tokens=16, do_sample=False)
+            ref_tokens = model.generate(prompt, max_new_tokens=32, do_sample=False)
             h = hf.enable(model)
             try:
                 logits = model(prompt).logits
-                tokens = model.generate(prompt, max_new_tokens=16, do_sample=False)
+                tokens = model.generate(prompt, max_new_tokens=32, do_sample=False)
             finally:
                 h.disable()
         err = ((logits - ref_logits).abs().max() / ref_logits.abs().max()).item()
@@ -248,14 +251,14 @@ def teacher_forced_logits(model, prompt, tokens):
 @requires_cuda
 def test_tiny_models_on_cuda_against_their_torch_path():
     """bf16 on CUDA with K = V = 128 (the chunk kernel's head size): a 100-token prompt (chunks of 64 and
-    a remainder) and 12 decode steps fed the reference's greedy tokens, against the model's torch path:
+    a remainder) and 32 decode steps fed the reference's greedy tokens, against the model's torch path:
     relative max error 3e-2 of each logits tensor (bf16 activations rounded at different points)."""
     for name, build in tiny_models(head_dim=128):
         torch.manual_seed(0)
         model = build().to(device="cuda", dtype=torch.bfloat16).eval()
         prompt = torch.randint(0, 99, (1, 100), device="cuda")
         with torch.no_grad():
-            tokens = model.generate(prompt, max_new_tokens=12, do_sample=False)
+            tokens = model.generate(prompt, max_new_tokens=32, do_sample=False)
             ref_prefill, ref_decode = teacher_forced_logits(model, prompt, tokens)
             h = hf.enable(model)
             try:
