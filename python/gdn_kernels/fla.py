@@ -14,11 +14,12 @@ can call gdn-kernels instead:
 * returns ``(o, final_state)``: ``o`` ``[B, T, HV, V]`` in the dtype of ``v``, ``final_state``
   float32 like ``initial_state``'s layout when ``output_final_state``, else None.
 
-No autograd (inference kernels). On CUDA, ``chunk_gated_delta_rule`` takes every form in the chunk
-kernel (K = 128, bf16/fp16 activations); elsewhere the CUDA kernels take the gate forms of Qwen's
-layers computed in the kernel (``use_gate_in_kernel``, ``use_beta_sigmoid_in_kernel``,
-``use_qk_l2norm_in_kernel`` all True) and other combinations run on the CPU backend and raise on
-CUDA tensors.
+No autograd (inference kernels). On CUDA the chunk kernel (K = 128, bf16/fp16 activations) takes
+every form; the recurrence kernels take the gate forms of Qwen's layers computed in the kernel
+(``use_gate_in_kernel``, ``use_beta_sigmoid_in_kernel``, ``use_qk_l2norm_in_kernel`` all True, the
+raw gates in the dtype of ``q``), so ``fused_recurrent_gated_delta_rule`` with other forms on CUDA
+runs the chunk kernel (the same results as ``chunk_gated_delta_rule``). Forms neither takes raise on
+CUDA tensors; the CPU backend takes them all.
 """
 
 from typing import Optional, Tuple
@@ -85,6 +86,10 @@ def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, us
               beta_sigmoid=beta_sigmoid)
     qf, kf = q.reshape(B * T, H, K), k.reshape(B * T, H, K)
     vf = v.reshape(B * T, HV, V).to(q.dtype)
+    # the forms the CUDA recurrence kernels take (ops.h); the chunk kernel takes every form
+    recurrence_form = (A_log is not None and beta_sigmoid and use_qk_l2norm_in_kernel and a.dtype == q.dtype
+                       and b.dtype == q.dtype)
+    chunked = chunked or (q.is_cuda and not recurrence_form)
     fn = ops.gated_delta_rule_chunked if chunked else ops.gated_delta_rule_recurrent
     o = fn(qf, kf, vf, a, b, **kw)
     return o.reshape(B, T, HV, V).to(v.dtype), (state if output_final_state else None)

@@ -106,13 +106,9 @@ def recurrent_gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Ten
                                initial_state: Optional[Tensor] = None, output_final_state: bool = False,
                                use_qk_l2norm_in_kernel: bool = False, cu_seqlens: Optional[Tensor] = None,
                                scale: Optional[float] = None, **kwargs) -> Tuple[Tensor, Optional[Tensor]]:
-    """transformers' recurrent gated delta rule (decode). On CUDA through the chunked op: its chunk
-    kernel takes the log-space decay and beta as given (the recurrence kernels compute them from
+    """transformers' recurrent gated delta rule (decode). On CUDA the log-space decay and beta as
+    given run in the chunk kernel (gdn_kernels.fla: the recurrence kernels compute the gates from
     A_log, dt_bias, a and b, which transformers does not pass)."""
-    if query.is_cuda:
-        return fla.chunk_gated_delta_rule(query, key, value, g, beta, scale=scale, initial_state=initial_state,
-                                          output_final_state=output_final_state,
-                                          use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens)
     return fla.fused_recurrent_gated_delta_rule(query, key, value, g=g, beta=beta, scale=scale,
                                                 initial_state=initial_state, output_final_state=output_final_state,
                                                 use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,

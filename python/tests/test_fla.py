@@ -188,3 +188,8 @@ def test_fla_api_on_cuda():
                                        output_final_state=True, cu_seqlens=cu.to(**dev))
     assert err_ratio(flat(o).cpu(), o_ref) <= 0.005
     assert err_ratio(ht.cpu(), h_ref) <= 0.005
+    # fused_recurrent with the same precomputed gates: the chunk kernel too, the same bytes
+    o_r, ht_r = fla.fused_recurrent_gated_delta_rule(*args[:3], g_log.to(**dev), torch.sigmoid(blog.float()).to(**dev),
+                                                     use_qk_l2norm_in_kernel=True, initial_state=h0.to(**dev),
+                                                     output_final_state=True, cu_seqlens=cu.to(**dev))
+    assert torch.equal(o_r, o) and torch.equal(ht_r, ht)
