@@ -13,6 +13,21 @@ __device__ __forceinline__ int64_t* chunk_rows(unsigned char* smem, size_t rows_
   return reinterpret_cast<int64_t*>(smem + rows_at) + buf * kC;
 }
 
+// cp.async of the chunk's n rows of q and k (local tokens lt0..; zeros past n) into buffer buf's raw
+// q and k tiles, by the 128 threads gt of one group (stage_chunk; the split form's load_chunk).
+template <typename TAct, typename L>
+__device__ __forceinline__ void stage_qk(const ChunkSrc<TAct>& src, TAct* s16, int buf, int64_t lt0, int n, int gt) {
+  TAct* dq = s16 + L::kQ + buf * kC * kLdK;
+  TAct* dk = s16 + L::kKr + buf * kC * kLdK;
+  for (int e = gt; e < kC * (kK / 8); e += kGroupThreads) {
+    const int t = e / (kK / 8), s = e % (kK / 8);
+    const bool ok = t < n;
+    const int64_t r = lt0 + (ok ? t : 0);
+    mma::cp_async16(dq + t * kLdK + s * 8, src.q + r * src.q_rs + s * 8, ok);
+    mma::cp_async16(dk + t * kLdK + s * 8, src.k + r * src.k_rs + s * 8, ok);
+  }
+}
+
 // The inputs of the chunk's n tokens (local tokens lt0..) into buffer buf, by the 128 threads gt of
 // one group (barrier `bar`): q, k, v (cp.async, zeros past n) and the gate inputs a, b (as floats in
 // the buffer's G and beta, which prep_chunk turns into the gates); fused, first the tokens' global
@@ -27,16 +42,8 @@ __device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc
     if (gt < kC) crow[gt] = gt < n ? token_row(p, lt0 + gt) : 0;
     mma::bar_sync(bar, kGroupThreads);
   }
-  TAct* dq = s16 + L::kQ + buf * kC * kLdK;
-  TAct* dk = s16 + L::kKr + buf * kC * kLdK;
   TAct* dv = s16 + L::kV + buf * kC * L::kLdV;
-  for (int e = gt; e < kC * (kK / 8); e += kGroupThreads) {
-    const int t = e / (kK / 8), s = e % (kK / 8);
-    const bool ok = t < n;
-    const int64_t r = lt0 + (ok ? t : 0);
-    mma::cp_async16(dq + t * kLdK + s * 8, src.q + r * src.q_rs + s * 8, ok);
-    mma::cp_async16(dk + t * kLdK + s * 8, src.k + r * src.k_rs + s * 8, ok);
-  }
+  stage_qk<TAct, L>(src, s16, buf, lt0, n, gt);
   for (int e = gt; e < kC * (VS / 8); e += kGroupThreads) {
     const int t = e / (VS / 8), s = e % (VS / 8);
     const bool ok = t < n;

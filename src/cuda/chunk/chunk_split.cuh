@@ -39,6 +39,17 @@ __device__ __forceinline__ void store_records(const ChunkParams& p, unsigned cha
   }
 }
 
+// cp.async of kPieces 16-byte pieces from element `at` of the chunk's n records (rec, rb bytes apart;
+// zeros past n) into a tile of row stride ld.
+template <int kPieces, typename TAct>
+__device__ __forceinline__ void load_records(TAct* dst, int ld, const char* rec, int64_t rb, int64_t at, int n, int gt) {
+  for (int e = gt; e < kC * kPieces; e += kGroupThreads) {
+    const int t = e / kPieces, s = e % kPieces;
+    const bool ok = t < n;
+    mma::cp_async16(dst + t * ld + s * 8, reinterpret_cast<const TAct*>(rec + (ok ? t : 0) * rb) + at + s * 8, ok);
+  }
+}
+
 // Split form, the producer group (128 threads gt): chunk ci's raw q and k and its records (the
 // block's value columns of U) into buffer buf, as prep_chunk would have left it for the consumers;
 // rows past n zero, their decay the last token's (as the producers' gates give them).
@@ -49,34 +60,15 @@ __device__ __forceinline__ void load_chunk(const ChunkParams& p, const ChunkSrc<
   TAct* s16 = reinterpret_cast<TAct*>(smem);
   int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
   if (p.fused && gt < kC) crow[gt] = gt < n ? token_row(p, lt0 + gt) : 0;
-  TAct* dq = s16 + L::kQ + buf * kC * kLdK;
-  TAct* dk = s16 + L::kKr + buf * kC * kLdK;
-  TAct* dw = s16 + L::kW + buf * kC * kLdK;
-  TAct* du = s16 + L::kU + buf * kC * L::kLdV;
-  TAct* dp = s16 + L::kP + buf * kC * kLdL;
   const int64_t rb = chunk_record_bytes(p.V, sizeof(TAct));
   const char* rec = prep_at<TAct>(p, hv, lt0);
-  for (int e = gt; e < kC * (kK / 8); e += kGroupThreads) {
-    const int t = e / (kK / 8), s = e % (kK / 8);
-    const bool ok = t < n;
-    const int64_t r = lt0 + (ok ? t : 0);
-    mma::cp_async16(dq + t * kLdK + s * 8, src.q + r * src.q_rs + s * 8, ok);
-    mma::cp_async16(dk + t * kLdK + s * 8, src.k + r * src.k_rs + s * 8, ok);
-    mma::cp_async16(dw + t * kLdK + s * 8, rec + (ok ? t : 0) * rb + 16 * s, ok);
-  }
-  for (int e = gt; e < kC * (VS / 8); e += kGroupThreads) {
-    const int t = e / (VS / 8), s = e % (VS / 8);
-    const bool ok = t < n;
-    mma::cp_async16(du + t * L::kLdV + s * 8, rec + (ok ? t : 0) * rb + 2 * (kK + v0) + 16 * s, ok);
-  }
-  for (int e = gt; e < kC * (kC / 8); e += kGroupThreads) {
-    const int t = e / (kC / 8), s = e % (kC / 8);
-    const bool ok = t < n;
-    mma::cp_async16(dp + t * kLdL + s * 8, rec + (ok ? t : 0) * rb + 2 * (kK + p.V) + 16 * s, ok);
-  }
+  stage_qk<TAct, L>(src, s16, buf, lt0, n, gt);
+  load_records<kK / 8>(s16 + L::kW + buf * kC * kLdK, kLdK, rec, rb, 0, n, gt);                // W
+  load_records<VS / 8>(s16 + L::kU + buf * kC * L::kLdV, L::kLdV, rec, rb, kK + v0, n, gt);  // U's columns
+  load_records<kC / 8>(s16 + L::kP + buf * kC * kLdL, kLdL, rec, rb, kK + p.V, n, gt);       // P
   mma::cp_async_commit();
-  float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (gt < n) f = *reinterpret_cast<const float4*>(rec + gt * rb + 2 * (kK + p.V + kC));
+  float4 f = make_float4(0.f, 0.f, 0.f, 0.f);  // the floats after the 16-bit rows
+  if (gt < n) f = *reinterpret_cast<const float4*>(rec + gt * rb + (kK + p.V + kC) * sizeof(TAct));
   mma::cp_async_wait_all();
   const ChunkVecs cv = chunk_vecs(reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2) + L::kVec, buf);
   if (gt < n) {
