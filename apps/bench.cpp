@@ -88,30 +88,16 @@ Result run_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override 
   Result res;
   const double state_bytes = double(N) * ps.slot_bytes * (1 + (spec ? T : 1));
   if (k.op == "recurrent") {
-    DevBuf q(rows * m.H * m.K * 2), kk(rows * m.H * m.K * 2), v(rows * m.HV * m.V * 2), a(rows * m.HV * 2),
-        b(rows * m.HV * 2), o(rows * m.HV * m.V * 2);
-    for (DevBuf* x : {&q, &kk, &v, &a, &b}) fill(*x, act);
+    TokenBufs tok(m, rows, act);
     GatedDeltaRuleArgs g;
-    g.q = dev_view(q.p, act, {rows, m.H, m.K});
-    g.k = dev_view(kk.p, act, {rows, m.H, m.K});
-    g.v = dev_view(v.p, act, {rows, m.HV, m.V});
-    g.a = dev_view(a.p, act, {rows, m.HV});
-    g.b = dev_view(b.p, act, {rows, m.HV});
-    g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
-    g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
+    tok.into(g, m, rows, act, A_log, dt_bias);
     g.ssm_state = dev_view(pool.p, k.state, {ps.num_slots, m.HV, m.V, m.K});
     g.query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
     if (spec) g.num_accepted_tokens = dev_view(d_acc.p, DType::kInt32, {N});
-    g.o = dev_view(o.p, act, {rows, m.HV, m.V});
     g.state_indices = slots_view(0);
     Status st = can_implement_recurrent(g);
     if (!st.ok()) return Result{0, 0, 0, st.message()};
-    res.us = time_graph(ps.calls, replays, [&](int c, cudaStream_t s) {
-      GatedDeltaRuleArgs gc = g;
-      gc.state_indices = slots_view(c);
-      Status e = internal::gated_delta_rule_recurrent(gc, s, force);
-      if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
-    });
+    res.us = time_recurrent(ps.calls, replays, g, slots_view, force);
     res.bytes = state_bytes + rows * 2.0 * (2 * m.H * m.K + 2 * m.HV * m.V + 2 * m.HV);
   } else {
     const bool per_token = k.op == "fused_per_token";

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/plan/plan.h"
+#include "forced_path.h"
 #include "gdn/ops.h"
 
 namespace gdn::bench {
@@ -132,6 +133,39 @@ inline PoolShape pool_shape(const Case& k) {
     ps.log_bytes = (log + 255) / 256 * 256;
   }
   return ps;
+}
+
+// The recurrent op's token tensors for `rows` tokens of model m (16-bit act), random; into(g) sets
+// them and the gate parameters in g.
+struct TokenBufs {
+  DevBuf q, k, v, a, b, o;
+  TokenBufs(const Model& m, int64_t rows, DType act)
+      : q(rows * m.H * m.K * 2), k(rows * m.H * m.K * 2), v(rows * m.HV * m.V * 2), a(rows * m.HV * 2),
+        b(rows * m.HV * 2), o(rows * m.HV * m.V * 2) {
+    for (DevBuf* x : {&q, &k, &v, &a, &b}) fill(*x, act);
+  }
+  void into(GatedDeltaRuleArgs& g, const Model& m, int64_t rows, DType act, DevBuf& A_log, DevBuf& dt_bias) {
+    g.q = dev_view(q.p, act, {rows, m.H, m.K});
+    g.k = dev_view(k.p, act, {rows, m.H, m.K});
+    g.v = dev_view(v.p, act, {rows, m.HV, m.V});
+    g.a = dev_view(a.p, act, {rows, m.HV});
+    g.b = dev_view(b.p, act, {rows, m.HV});
+    g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
+    g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
+    g.o = dev_view(o.p, act, {rows, m.HV, m.V});
+  }
+};
+
+// Median us per call of `calls` recurrent-op calls on g, call c on the slots slots_of(c).
+template <typename Slots>
+double time_recurrent(int calls, int replays, const GatedDeltaRuleArgs& g, Slots slots_of,
+                      cuda::plan::Override force) {
+  return time_graph(calls, replays, [&](int c, cudaStream_t s) {
+    GatedDeltaRuleArgs gc = g;
+    gc.state_indices = slots_of(c);
+    Status e = internal::gated_delta_rule_recurrent(gc, s, force);
+    if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
+  });
 }
 
 // The deferred-commit mode's case (bench_deferred.cpp), on the same arena as run_case.

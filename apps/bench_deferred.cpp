@@ -42,22 +42,15 @@ Result run_deferred_case(const Case& k, int replays, DevBuf& arena, cuda::plan::
   for (auto [buf, host] : {std::pair{&d_qsl, &qsl}, {&d_acc, &nacc}, {&d_par, &parents}, {&d_path, &paths},
                            {&d_slots, &slots}})
     BENCH_CHECK(cudaMemcpy(buf->p, host->data(), host->size() * 4, cudaMemcpyHostToDevice));
-  DevBuf q(rows * m.H * m.K * 2), kk(rows * m.H * m.K * 2), v(rows * m.HV * m.V * 2), a(rows * m.HV * 2),
-      b(rows * m.HV * 2), o(rows * m.HV * m.V * 2), A_log(m.HV * 4), dt_bias(m.HV * 2);
-  for (DevBuf* x : {&q, &kk, &v, &a, &b, &dt_bias}) fill(*x, act);
+  TokenBufs tok(m, rows, act);
+  DevBuf A_log(m.HV * 4), dt_bias(m.HV * 2);
+  fill(dt_bias, act);
   fill(A_log, DType::kFloat32);
   GatedDeltaRuleArgs g;
-  g.q = dev_view(q.p, act, {rows, m.H, m.K});
-  g.k = dev_view(kk.p, act, {rows, m.H, m.K});
-  g.v = dev_view(v.p, act, {rows, m.HV, m.V});
-  g.a = dev_view(a.p, act, {rows, m.HV});
-  g.b = dev_view(b.p, act, {rows, m.HV});
-  g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
-  g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
+  tok.into(g, m, rows, act, A_log, dt_bias);
   g.ssm_state = dev_view(arena.p, k.state, {ps.num_slots, m.HV, m.V, m.K});
   g.query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
   g.num_accepted_tokens = dev_view(d_acc.p, DType::kInt32, {N});
-  g.o = dev_view(o.p, act, {rows, m.HV, m.V});
   g.verify_log = dev_view(logs, DType::kFloat32, {ps.num_slots, T, m.HV, E});
   g.verify_log_out = dev_view(logs + ps.log_bytes, DType::kFloat32, {ps.num_slots, T, m.HV, E});
   if (tree) {
@@ -69,12 +62,7 @@ Result run_deferred_case(const Case& k, int replays, DevBuf& arena, cuda::plan::
   Status st = can_implement_recurrent(g);
   if (!st.ok()) return Result{0, 0, 0, st.message()};
   Result res;
-  res.us = time_graph(ps.calls, replays, [&](int c, cudaStream_t s) {
-    GatedDeltaRuleArgs gc = g;
-    gc.state_indices = slots_of(c);
-    Status e = internal::gated_delta_rule_recurrent(gc, s, force);
-    if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
-  });
+  res.us = time_recurrent(ps.calls, replays, g, slots_of, force);
   res.bytes = 2.0 * N * ps.slot_bytes + N * (replay + T) * m.HV * E * 4.0 +
               rows * 2.0 * (2 * m.H * m.K + 2 * m.HV * m.V + 2 * m.HV);
   res.gbps = res.bytes / (res.us * 1e-6) / 1e9;
