@@ -338,13 +338,12 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
     }
     p.vs = pl.vs;
     if (!pl.split || p.group[0].limit == 0) return launch_chunk_any(p, a.q.dtype, a.ssm_state.dtype, s);
-    // the split form's records: allocated before anything is written
-    p.prep_rows = p.group[0].limit;
-    GDN_RETURN_IF_ERROR(workspace_alloc(
-        dev, static_cast<size_t>(chunk_prep_bytes(p.prep_rows, p.HV, p.V, dtype_size(a.q.dtype))), s, &p.prep));
-    const Status st = launch_chunk_any(p, a.q.dtype, a.ssm_state.dtype, s);
-    const Status freed = workspace_free(p.prep, s);
-    return st.ok() ? freed : st;
+    p.prep_rows = p.group[0].limit;  // the split form's records
+    const size_t prep_bytes = static_cast<size_t>(chunk_prep_bytes(p.prep_rows, p.HV, p.V, dtype_size(a.q.dtype)));
+    return with_workspace(dev, prep_bytes, s, [&](void* ws) {
+      p.prep = ws;
+      return launch_chunk_any(p, a.q.dtype, a.ssm_state.dtype, s);
+    });
   });
 }
 
@@ -414,13 +413,10 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
     if (chunk.chunk) {  // the long prefills: their conv into a buffer, then the chunk kernel; the rest in the step
       rp.chunk_from = cp.chunk_from = chunk.from;  // what each launch below reads of the split
       const int64_t rows = step.group[0].limit;
-      // [group 0's local tokens, D] (the conv's output), then the split form's records: allocated
-      // before anything is written
+      // [group 0's local tokens, D] (the conv's output), then the split form's records
       const size_t conv_bytes = (static_cast<size_t>(rows * L.D) * dtype_size(act) + 255) / 256 * 256;
       const size_t prep_bytes = chunk.split ? static_cast<size_t>(chunk_prep_bytes(rows, rp.HV, rp.V, dtype_size(act))) : 0;
-      void* ws = nullptr;
-      GDN_RETURN_IF_ERROR(workspace_alloc(dev, conv_bytes + prep_bytes, s, &ws));
-      const Status st = [&]() -> Status {
+      return with_workspace(dev, conv_bytes + prep_bytes, s, [&](void* ws) -> Status {
         GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true,
                                                  plan::Override{plan::Path::kStepTwoLaunches}, s, &one_launch));
         ConvParams rows_p = cp;
@@ -440,9 +436,7 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
         }
         GDN_RETURN_IF_ERROR(launch_chunk_any(kp, act, a.ssm_state.dtype, s));
         return launch_conv(cp, act, true, s);
-      }();
-      const Status freed = workspace_free(ws, s);
-      return st.ok() ? freed : st;
+      });
     }
     GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true, force, s, &one_launch));
     return one_launch ? Status::Ok() : launch_conv(cp, act, true, s);
