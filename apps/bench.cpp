@@ -5,7 +5,9 @@
 //  * random data (hashed), fresh per case;
 //  * GB/s counts the fewest bytes a call must move (each state read once and each stored state
 //    written once, activations once) and is compared with an SM copy kernel measured in the run.
-// Ops: "recurrent" (gated_delta_rule_recurrent, bf16 activations), "fused" (gdn_attention:
+// Ops: "recurrent" (gated_delta_rule_recurrent, bf16 activations), "recurrent_given" (the same with
+// transformers' decode gates: the log-space decay in float32 and beta in bf16, given, no A_log:
+// the register kernel's gate-form instances; random decays in [-0.5, 0.5)), "fused" (gdn_attention:
 // conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer, verify
 // conv windows in the rolling line) and "fused_per_token" (the same, conv windows per draft slot).
 // "chunked" (gated_delta_rule_chunked: prefill of N sequences of T tokens, --shapes NxT,...; ms,
@@ -87,10 +89,18 @@ Result run_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override 
   fill(dt_bias, act);
   Result res;
   const double state_bytes = double(N) * ps.slot_bytes * (1 + (spec ? T : 1));
-  if (k.op == "recurrent") {
+  if (k.op == "recurrent" || k.op == "recurrent_given") {
+    const bool given = k.op == "recurrent_given";
     TokenBufs tok(m, rows, act);
     GatedDeltaRuleArgs g;
     tok.into(g, m, rows, act, A_log, dt_bias);
+    DevBuf g_log(given ? rows * m.HV * 4 : 16);  // given: the float32 log-space decay in place of a
+    if (given) {
+      fill(g_log, DType::kFloat32);
+      g.a = dev_view(g_log.p, DType::kFloat32, {rows, m.HV});
+      g.A_log = g.dt_bias = TensorView{};
+      g.beta_sigmoid = false;
+    }
     g.ssm_state = dev_view(pool.p, k.state, {ps.num_slots, m.HV, m.V, m.K});
     g.query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
     if (spec) g.num_accepted_tokens = dev_view(d_acc.p, DType::kInt32, {N});
@@ -99,6 +109,7 @@ Result run_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override 
     if (!st.ok()) return Result{0, 0, 0, st.message()};
     res.us = time_recurrent(ps.calls, replays, g, slots_view, force);
     res.bytes = state_bytes + rows * 2.0 * (2 * m.H * m.K + 2 * m.HV * m.V + 2 * m.HV);
+    if (given) res.bytes += rows * 2.0 * m.HV;  // a in float32
   } else {
     const bool per_token = k.op == "fused_per_token";
     const int64_t conv_rows = spec && !per_token ? W - 2 + cols : W - 1;

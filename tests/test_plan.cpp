@@ -153,6 +153,35 @@ TEST(Plan, ForcedPathsRunWhereTheyCan) {
   EXPECT_EQ(path_of(k, 132, {Path::kPacked}), Path::kPacked);
 }
 
+// Gate or norm forms other than the default (the log-space decay or beta given, no l2 norm, a or b
+// in another dtype): only the register kernel's gate-form instances take them, in the small shape
+// up to 64 sequence-heads (register_small_*) and the large one above, whatever else could run the
+// batch (lean, pipelined, packed, mid) and whatever path is forced, except the other register shape.
+TEST(Plan, GateFormsTakeTheRegisterKernel) {
+  for (int state_bytes : {4, 2})
+    for (int tok : {1, 4})
+      for (int64_t nseq : {1, 2, 3, 4, 6, 8, 12, 16, 64, 256}) {
+        SCOPED_TRACE(::testing::Message() << "state bytes " << state_bytes << ", tokens " << tok << ", N " << nseq);
+        for (bool dense : {true, false}) {
+          Problem p = qwen(nseq, tok, state_bytes, tok > 1);
+          p.dense = dense;
+          const Path own = nseq * p.HV <= 64 ? Path::kRegisterSmall : Path::kRegisterLarge;
+          p.gate_forms = true;
+          EXPECT_EQ(path_of(p), own);
+          EXPECT_EQ(path_of(p, 114), nseq * p.HV * 132 <= 64 * 114 ? Path::kRegisterSmall : Path::kRegisterLarge);
+          for (Path f : {Path::kLean, Path::kLeanMore, Path::kLeanStaged, Path::kPipelined, Path::kRegisterMid,
+                         Path::kPacked, Path::kChunk32, Path::kDeferred, Path::kStepCluster})
+            EXPECT_EQ(path_of(p, 132, {f}), own) << path_name(f);
+          EXPECT_EQ(path_of(p, 132, {Path::kRegisterSmall}), Path::kRegisterSmall);
+          EXPECT_EQ(path_of(p, 132, {Path::kRegisterLarge}), Path::kRegisterLarge);
+        }
+      }
+  // the default form of the same batches keeps the other families
+  EXPECT_EQ(path_of(qwen(4, 1, 4, false)), Path::kLean);
+  EXPECT_EQ(path_of(qwen(6, 1, 2, false)), Path::kPacked);
+  EXPECT_EQ(path_of(qwen(12, 1, 2, false)), Path::kPipelined);
+}
+
 TEST(Plan, StepPipelinedFromItsGroupThresholds) {
   EXPECT_EQ(path_of(step_of(qwen(5, 1, 4, false))), Path::kStepClusterLean);  // 80 groups
   EXPECT_EQ(path_of(step_of(qwen(6, 1, 4, false))), Path::kStepPipelinedPrologue);  // 96, one per block

@@ -7,7 +7,9 @@
 //   * qk_l2norm off with q and k normalised here (q / sqrt(|q|^2 + 1e-6)): within rel L2 1e-5 of
 //     the normalising run (float32 activations and state; only the rounding of the normalised
 //     values differs);
-//   * on CUDA these forms are refused with a message that names them (no CUDA kernel has them yet).
+//   * on CUDA the recurrent op takes them (tests/test_cuda_gate_forms.cpp compares its results with
+//     the CPU's); the chunked op takes them in its chunk kernel only, and refuses them where that
+//     kernel cannot run (here K = 16) with a message that names the form.
 #include "common/seq_rules.h"
 #include "prop_ops.h"
 
@@ -119,7 +121,7 @@ TEST(PropGateFormsF32, WithoutL2NormOnNormalisedInputs) {
   }
 }
 
-TEST_P(PropGateForms, CudaRefusesTheGivenForms) {
+TEST_P(PropGateForms, CudaTakesThemInTheRecurrentOpOnly) {
   PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
   Rng r(44);
   const Batch b = make_batch(GetParam(), r);
@@ -129,9 +131,12 @@ TEST_P(PropGateForms, CudaRefusesTheGivenForms) {
   in.a = g;
   Status st;
   run_gates(Backend::kCUDA, false, b, in, StateLayout::kVK, true, false, true, &st);
+  EXPECT_TRUE(st.ok()) << st.message();
+  run_gates(Backend::kCUDA, true, b, in, StateLayout::kVK, true, false, true, &st);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("unsupported on CUDA: a given as the log-space decay"), std::string::npos)
       << st.message();
+  EXPECT_NE(st.message().find("gated_delta_rule_recurrent takes this form"), std::string::npos) << st.message();
   run_gates(Backend::kCUDA, true, b, b.in, StateLayout::kVK, false, false, false, &st);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("qk_l2norm false"), std::string::npos) << st.message();

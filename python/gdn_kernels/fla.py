@@ -14,12 +14,13 @@ can call gdn-kernels instead:
 * returns ``(o, final_state)``: ``o`` ``[B, T, HV, V]`` in the dtype of ``v``, ``final_state``
   float32 like ``initial_state``'s layout when ``output_final_state``, else None.
 
-No autograd (inference kernels). On CUDA the chunk kernel (K = 128, bf16/fp16 activations) takes
-every form; the recurrence kernels take the gate forms of Qwen's layers computed in the kernel
-(``use_gate_in_kernel``, ``use_beta_sigmoid_in_kernel``, ``use_qk_l2norm_in_kernel`` all True, the
-raw gates in the dtype of ``q``), so ``fused_recurrent_gated_delta_rule`` with other forms on CUDA
-runs the chunk kernel (the same results as ``chunk_gated_delta_rule``). Forms neither takes raise on
-CUDA tensors; the CPU backend takes them all.
+No autograd (inference kernels). ``fused_recurrent_gated_delta_rule`` runs
+``gated_delta_rule_recurrent``, which takes every form on both backends (on CUDA the log-space
+``g``, ``beta`` given and no l2 norm run in the register kernel's gate-form instances, ``g`` and
+``beta`` in float32 or the dtype of ``q``). ``chunk_gated_delta_rule`` runs
+``gated_delta_rule_chunked``: on CUDA every form where its chunk kernel runs (K = 128, bf16/fp16
+activations), elsewhere only the gates computed in the kernel (``use_gate_in_kernel``,
+``use_beta_sigmoid_in_kernel``, ``use_qk_l2norm_in_kernel``); the CPU backend takes every form.
 """
 
 from typing import Optional, Tuple
@@ -86,10 +87,6 @@ def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, us
               beta_sigmoid=beta_sigmoid)
     qf, kf = q.reshape(B * T, H, K), k.reshape(B * T, H, K)
     vf = v.reshape(B * T, HV, V).to(q.dtype)
-    # the forms the CUDA recurrence kernels take (ops.h); the chunk kernel takes every form
-    recurrence_form = (A_log is not None and beta_sigmoid and use_qk_l2norm_in_kernel and a.dtype == q.dtype
-                       and b.dtype == q.dtype)
-    chunked = chunked or (q.is_cuda and not recurrence_form)
     fn = ops.gated_delta_rule_chunked if chunked else ops.gated_delta_rule_recurrent
     o = fn(qf, kf, vf, a, b, **kw)
     return o.reshape(B, T, HV, V).to(v.dtype), (state if output_final_state else None)

@@ -106,9 +106,8 @@ def recurrent_gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Ten
                                initial_state: Optional[Tensor] = None, output_final_state: bool = False,
                                use_qk_l2norm_in_kernel: bool = False, cu_seqlens: Optional[Tensor] = None,
                                scale: Optional[float] = None, **kwargs) -> Tuple[Tensor, Optional[Tensor]]:
-    """transformers' recurrent gated delta rule (decode). On CUDA the log-space decay and beta as
-    given run in the chunk kernel (gdn_kernels.fla: the recurrence kernels compute the gates from
-    A_log, dt_bias, a and b, which transformers does not pass)."""
+    """transformers' recurrent gated delta rule (decode): the log-space decay and beta as given, in
+    gated_delta_rule_recurrent (on CUDA the register kernel's gate-form instances)."""
     return fla.fused_recurrent_gated_delta_rule(query, key, value, g=g, beta=beta, scale=scale,
                                                 initial_state=initial_state, output_final_state=output_final_state,
                                                 use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,

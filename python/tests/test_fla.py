@@ -8,8 +8,10 @@ function and 0.005 for the chunk function (the thresholds of FLA's tests), for o
 states; float32 and bfloat16 inputs. Varlen batches (cu_seqlens) with empty and one-token
 sequences, equal-length batches (B > 1), head ratios 1, 2 and 3, both state layouts, the gate
 forms (log-space g or g with A_log / dt_bias inside; beta or its logit), with and without l2 norm.
-On CUDA (where the extension has it) the gate forms computed in the kernel are checked the same
-way, and the others must raise.
+On CUDA (where the extension has it) every form is checked the same way: the gates computed in
+the kernel through both functions, the precomputed ones (float32 g, beta in float32 or bfloat16,
+with and without l2 norm) through fused_recurrent_gated_delta_rule in decode steps (T = 1, B > 1)
+and varlen batches, which must run gated_delta_rule_recurrent (the same bytes as that op's call).
 """
 
 import math
@@ -17,7 +19,7 @@ import math
 import pytest
 import torch
 
-from gdn_kernels import fla
+from gdn_kernels import fla, ops
 from conftest import requires_cuda
 
 
@@ -188,8 +190,51 @@ def test_fla_api_on_cuda():
                                        output_final_state=True, cu_seqlens=cu.to(**dev))
     assert err_ratio(flat(o).cpu(), o_ref) <= 0.005
     assert err_ratio(ht.cpu(), h_ref) <= 0.005
-    # fused_recurrent with the same precomputed gates: the chunk kernel too, the same bytes
-    o_r, ht_r = fla.fused_recurrent_gated_delta_rule(*args[:3], g_log.to(**dev), torch.sigmoid(blog.float()).to(**dev),
+    # fused_recurrent with the same precomputed gates: the recurrent op (the register kernel's
+    # gate-form instance), within the recurrent threshold, the same bytes as that op's own call
+    o_r, ht_r = fla.fused_recurrent_gated_delta_rule(*args[:3], g_log.to(**dev),
+                                                     beta=torch.sigmoid(blog.float()).to(**dev),
                                                      use_qk_l2norm_in_kernel=True, initial_state=h0.to(**dev),
                                                      output_final_state=True, cu_seqlens=cu.to(**dev))
-    assert torch.equal(o_r, o) and torch.equal(ht_r, ht)
+    assert err_ratio(flat(o_r).cpu(), o_ref) <= 0.002
+    assert err_ratio(ht_r.cpu(), h_ref) <= 0.002
+    state = h0.to(**dev).clone()
+    o_op = ops.gated_delta_rule_recurrent(flat(args[0]), flat(args[1]), flat(args[2]), flat(g_log).to(**dev),
+                                          flat(torch.sigmoid(blog.float())).to(**dev), A_log=None, dt_bias=None,
+                                          ssm_state=state, query_start_loc=cu.to(**dev),
+                                          state_indices=torch.arange(3, **dev), state_layout="kv",
+                                          beta_sigmoid=False)
+    assert torch.equal(flat(o_r), o_op) and torch.equal(ht_r, state)
+
+
+@requires_cuda
+@pytest.mark.parametrize("state_v_first", [False, True])
+@pytest.mark.parametrize("beta_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("l2norm", [True, False])
+def test_fla_recurrent_given_gates_decode_on_cuda(state_v_first, beta_dtype, l2norm):
+    """transformers' decode step: B sequences of one token, bf16 q / k / v, the log-space decay in
+    float32 and beta in float32 or bf16, the float32 state; four steps in a row, each from the last
+    one's final state, against the float64 reference (FLA's recurrent threshold 0.002)."""
+    B, H, HV, K, V = 5, 2, 6, 128, 128
+    gen = torch.Generator().manual_seed(21)
+    h_shape = (B, HV, V, K) if state_v_first else (B, HV, K, V)
+    h = torch.randn(*h_shape, generator=gen) * 0.1
+    h_ref = h.clone()
+    dev = dict(device="cuda")
+    for step in range(4):
+        q, k, v, a, blog, A_log, dt_bias, _ = make(B, [1], H, HV, K, V, torch.bfloat16, 300 + step, False)
+        if not l2norm:  # inputs of norm 1.5 (q) and 0.8 (k), used as given
+            q = (1.5 * torch.nn.functional.normalize(q.float(), dim=-1)).to(torch.bfloat16)
+            k = (0.8 * torch.nn.functional.normalize(k.float(), dim=-1)).to(torch.bfloat16)
+        g = -A_log.exp() * torch.nn.functional.softplus(a + dt_bias)  # float32
+        beta = torch.sigmoid(blog).to(beta_dtype)
+        o, h_next = fla.fused_recurrent_gated_delta_rule(q.to(**dev), k.to(**dev), v.to(**dev), g.to(**dev),
+                                                         beta=beta.to(**dev), initial_state=h.to(**dev),
+                                                         output_final_state=True, use_qk_l2norm_in_kernel=l2norm,
+                                                         state_v_first=state_v_first)
+        o_ref, h_ref = reference(flat(q), flat(k), flat(v), flat(g), flat(beta.float()), K ** -0.5, h_ref,
+                                 torch.arange(B + 1), l2norm, state_v_first)
+        what = f"step {step} beta {beta_dtype} l2norm={l2norm} v_first={state_v_first}"
+        assert err_ratio(flat(o).cpu(), o_ref) <= 0.002, f"{what}: o error ratio {err_ratio(flat(o).cpu(), o_ref)}"
+        assert err_ratio(h_next.cpu(), h_ref) <= 0.002, f"{what}: state error ratio {err_ratio(h_next.cpu(), h_ref)}"
+        h = h_next.cpu()

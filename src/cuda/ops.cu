@@ -107,17 +107,20 @@ Status supports_k(const char* op, int64_t K) {
   return Status::Error(std::string(op) + ": unsupported on CUDA: head_k_dim " + std::to_string(K) +
                        ", supported 1..256 (64, 128 and 256 at full speed)");
 }
-// The recurrence kernels compute the gates from A_log, dt_bias and the raw a, b (in the dtype of q)
-// and normalise q and k; the other forms of ops.h run in the chunk kernel, the deferred-commit
-// kernel or on the CPU.
-Status supports_gates(const char* op, const GatedDeltaRuleArgs& a) {
+// The chunked op takes the gate and norm forms other than the default (ops.h) in its chunk kernel
+// only; gated_delta_rule_recurrent takes every form (the register kernel's gate-form instances,
+// the deferred kernel).
+Status supports_chunk_gates(const char* op, const GatedDeltaRuleArgs& a) {
   std::string what;
   if (!a.A_log.present()) what = "a given as the log-space decay (no A_log / dt_bias)";
   else if (!a.beta_sigmoid) what = "b given as beta (beta_sigmoid false)";
   else if (!a.qk_l2norm) what = "q and k without l2 normalisation (qk_l2norm false)";
   else if (a.a.dtype != a.q.dtype || a.b.dtype != a.q.dtype) what = "a or b in a dtype other than q's";
   if (what.empty()) return Status::Ok();
-  return Status::Error(std::string(op) + ": unsupported on CUDA: " + what + "; these gate forms run on the CPU");
+  return Status::Error(std::string(op) + ": unsupported on CUDA: " + what +
+                       " where the chunk kernel cannot run (it needs K = 128, bfloat16 or float16 q, k, v and o "
+                       "with 16-byte aligned rows, V a multiple of 32, sm_80+); gated_delta_rule_recurrent takes "
+                       "this form on CUDA, and the CPU backend both ops");
 }
 Status supports_grid(const char* op, int64_t nseq, int64_t HV) {
   if (nseq <= 65535 && HV <= 65535) return Status::Ok();
@@ -138,7 +141,6 @@ Status supports(const CausalConv1dUpdateArgs& a) {
 }
 Status supports_recurrent(const GatedDeltaRuleArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_recurrent", a.q.shape[2]));
-  if (!a.verify_log.present()) GDN_RETURN_IF_ERROR(supports_gates("gated_delta_rule_recurrent", a));
   return supports_grid("gated_delta_rule_recurrent", a.state_indices.shape[0], a.v.shape[1]);
 }
 Status supports(const GdnAttentionArgs& a) {
@@ -183,7 +185,7 @@ Status causal_conv1d_update(const CausalConv1dUpdateArgs& a, void* stream) {
 
 namespace {
 
-// The primitive recurrence's parameters from the op's arguments.
+// The primitive recurrence's parameters from the op's arguments (every gate and norm form).
 void fill_primitive(RecurrentParams& p, const GatedDeltaRuleArgs& a) {
   p.group[0] = group_meta(a.query_start_loc, a.state_indices, a.num_accepted_tokens, a.has_initial_state, TensorView{},
                           a.q.shape[0]);
@@ -195,6 +197,11 @@ void fill_primitive(RecurrentParams& p, const GatedDeltaRuleArgs& a) {
   p.src.b = a.b.data; p.src.b_rs = a.b.stride[0];
   p.A_log = float_ref(a.A_log);
   p.dt_bias = float_ref(a.dt_bias);
+  p.gates.decay_given = !a.A_log.present();
+  p.gates.beta_given = !a.beta_sigmoid;
+  p.gates.l2norm = a.qk_l2norm;
+  p.a_dtype = float_code(a.a.dtype);
+  p.b_dtype = float_code(a.b.dtype);
   fill_state(p, a.ssm_state, a.state_layout);
   p.o = a.o.data;
   p.o_rs = a.o.stride[0];
@@ -209,7 +216,7 @@ void fill_primitive(RecurrentParams& p, const GatedDeltaRuleArgs& a) {
 }
 
 // The deferred-commit mode (deferred/deferred.h): one slot per sequence, replay counts in
-// num_accepted (group 0 is not a verify group), the logs, the tree and every gate form.
+// num_accepted (group 0 is not a verify group), the logs, the tree and the gate inputs.
 void fill_deferred(DeferredParams& p, const GatedDeltaRuleArgs& a) {
   p.group[0].spec = false;
   p.log_in = static_cast<const float*>(a.verify_log.data);
@@ -223,12 +230,9 @@ void fill_deferred(DeferredParams& p, const GatedDeltaRuleArgs& a) {
   p.a = float_ref(a.a);
   p.b = float_ref(a.b);
   p.a.stride = p.b.stride = 1;  // element (row, hv) at row * src.a_rs + hv
-  p.decay_given = !a.A_log.present();
-  p.beta_given = !a.beta_sigmoid;
-  p.l2norm = a.qk_l2norm;
 }
 
-// The default gate and norm forms (the only ones of the recurrence kernels).
+// The default gate and norm forms, a and b in the dtype of q (the chunked op's recurrence path).
 bool default_gates(const GatedDeltaRuleArgs& a) {
   return a.A_log.present() && a.beta_sigmoid && a.qk_l2norm && a.a.dtype == a.q.dtype && a.b.dtype == a.q.dtype;
 }
@@ -277,7 +281,7 @@ bool attention_chunk_ok(const GdnAttentionArgs& a, const rules::ProjLayout& L, i
 Status supports_chunked(const GatedDeltaRuleArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_chunked", a.q.shape[2]));
   if (!default_gates(a) && !chunk_ok(a, device_props(a.q.device_index).major))
-    GDN_RETURN_IF_ERROR(supports_gates("gated_delta_rule_chunked", a));
+    GDN_RETURN_IF_ERROR(supports_chunk_gates("gated_delta_rule_chunked", a));
   return supports_grid("gated_delta_rule_chunked", a.state_indices.shape[0], a.v.shape[1]);
 }
 
@@ -306,17 +310,12 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream, pla
 }
 
 // The chunk kernel (chunk/chunk.cuh) for prefill batches, else the recurrence (validated as non-spec
-// only; it computes the same recurrence). Gate or norm forms the recurrence kernels lack always take
-// the chunk kernel.
+// only; it computes the same recurrence). Gate or norm forms other than the default always take the
+// chunk kernel.
 Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan::Override force) {
   GDN_RETURN_IF_ERROR(supports_chunked(a));
   ChunkParams p;
   fill_primitive(p, a);
-  p.a_dtype = float_code(a.a.dtype);
-  p.b_dtype = float_code(a.b.dtype);
-  p.decay_given = !a.A_log.present();
-  p.beta_given = !a.beta_sigmoid;
-  p.l2norm = a.qk_l2norm;
   return on_device(a.q.device_index, [&] {
     int dev = 0, major = 0, sms = 0;
     GDN_RETURN_IF_ERROR(device_of(&dev, &major, &sms));
@@ -382,6 +381,7 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
   static_cast<StepParams&>(rp) = step;
   rp.A_log = float_ref(a.A_log);
   rp.dt_bias = float_ref(a.dt_bias);
+  rp.a_dtype = rp.b_dtype = float_code(a.projected_states_qkvz.dtype);  // the default gate form (a, b from src.ba)
   fill_state(rp, a.ssm_state, StateLayout::kVK);
   rp.o = a.core_attn_out.data;
   rp.o_rs = a.core_attn_out.stride[0];
@@ -428,7 +428,6 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
         kp.fused = true;
         kp.src.q = ws;
         kp.src.q_rs = L.D;
-        kp.a_dtype = kp.b_dtype = float_code(act);
         kp.vs = chunk.vs;
         if (chunk.split) {
           kp.prep = static_cast<char*>(ws) + conv_bytes;

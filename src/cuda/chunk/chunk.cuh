@@ -68,7 +68,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
   const ChunkSrc<TAct> src = chunk_src<TAct>(p, h, hv, v0);
 
   if (warp < 4) {  // producers
-    const float A = p.decay_given ? 0.f : -expf(p.A_log(hv)), dtb = p.decay_given ? 0.f : p.dt_bias(hv);
+    float A, dtb;
+    head_decay(p, p.gates, hv, A, dtb);
     for (int64_t ci = 0; ci < nchunks; ++ci) {
       const int buf = static_cast<int>(ci & 1);
       mma::bar_sync(kEmpty + buf, kThreads);  // the consumers staged chunk ci into buf (split: released buf)

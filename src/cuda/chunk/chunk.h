@@ -4,16 +4,13 @@
 
 namespace gdn::cuda {
 
-// The recurrence's parameters plus the gate and norm forms the chunk kernel loads (ops.h):
-// a and b in any float dtype (FloatRef codes), the decay given in log space (no A_log), beta given,
-// q and k without l2 normalisation. Sequences: group 0 (non-spec). Inputs: the q/k/v/a/b tensors
-// (gated_delta_rule_chunked), or (fused: gdn_attention) q, k, v from the conv's buffer (src.q,
-// [local tokens, D] with row stride src.q_rs, conv_rows.cu) and a, b from src.ba at the tokens'
-// rows (group 0's token_indx), outputs at those rows; then only sequences of at least chunk_from
-// tokens (when the offsets never decrease), the rest being the step's.
+// The recurrence's parameters (with every gate and norm form of ops.h: RecurrentParams::gates,
+// a_dtype, b_dtype) plus the chunk kernel's own. Sequences: group 0 (non-spec). Inputs: the
+// q/k/v/a/b tensors (gated_delta_rule_chunked), or (fused: gdn_attention) q, k, v from the conv's
+// buffer (src.q, [local tokens, D] with row stride src.q_rs, conv_rows.cu) and a, b from src.ba at
+// the tokens' rows (group 0's token_indx), outputs at those rows; then only sequences of at least
+// chunk_from tokens (when the offsets never decrease), the rest being the step's.
 struct ChunkParams : RecurrentParams {
-  int a_dtype = 1, b_dtype = 1;  // 0 float32, 1 bfloat16, 2 float16, 3 float64
-  bool decay_given = false, beta_given = false, l2norm = true;
   bool fused = false;
   int vs = 64;  // value columns per block (the planner's choice: chunk_value_split)
   // Split form (the planner's, where few blocks walk long sequences): a prep kernel, parallel over

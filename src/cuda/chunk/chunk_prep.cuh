@@ -96,9 +96,10 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const bool ok = 2 * lane + j < n;
-      const float av = cvv.G[2 * lane + j], bv = cvv.beta[2 * lane + j];
-      g[j] = !ok ? 0.f : p.decay_given ? av : A * rules::softplus(av + dtb);
-      b[j] = !ok ? 0.f : p.beta_given ? bv : 1.f / (1.f + expf(-bv));
+      GateValues gv{0.f, 0.f};
+      if (ok) gv = gate_values(p.gates, cvv.G[2 * lane + j], cvv.beta[2 * lane + j], A, dtb);
+      g[j] = gv.g;
+      b[j] = gv.beta;
     }
     float incl = g[0] + g[1];
 #pragma unroll
@@ -124,8 +125,8 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
       for (int j = 0; j < 8; ++j) ss[j & 3] += to_float(e[j]) * to_float(e[j]);
     }
     const float sum = (ss[0] + ss[1]) + (ss[2] + ss[3]);
-    if (tid < kC) cvv.nq[tid] = p.l2norm ? p.scale / sqrtf(sum + 1e-6f) : p.scale;
-    else cvv.nk[tid - kC] = p.l2norm ? 1.f / sqrtf(sum + 1e-6f) : 1.f;
+    if (tid < kC) cvv.nq[tid] = p.gates.l2norm ? p.scale / sqrtf(sum + 1e-6f) : p.scale;
+    else cvv.nk[tid - kC] = p.gates.l2norm ? 1.f / sqrtf(sum + 1e-6f) : 1.f;
   }
   mma::bar_sync(kProd, kGroupThreads);
 

@@ -109,16 +109,4 @@ __device__ __forceinline__ void st2(T* dst, float lo, float hi) {
   *reinterpret_cast<uint32_t*>(dst) = mma::pack2<T>(lo, hi);
 }
 
-// A gate input (a or b) of dtype code dt (0 float32, 1 bfloat16, 2 float16) as raw bits (0 where
-// !ok), loaded without a branch so that the load stays in flight until raw_float converts it.
-__device__ __forceinline__ uint32_t load_raw(const void* base, int dt, int64_t off, bool ok) {
-  const int bytes = !ok ? 0 : dt == 0 ? 4 : 2;
-  return load_word(static_cast<const char*>(base) + off * bytes, bytes);
-}
-__device__ __forceinline__ float raw_float(uint32_t r, int dt) {
-  if (dt == 1) return __uint_as_float(r << 16);
-  if (dt == 2) return __half2float(__ushort_as_half(static_cast<unsigned short>(r)));
-  return __uint_as_float(r);
-}
-
 }  // namespace gdn::cuda::chunk

@@ -131,7 +131,8 @@ __global__ void __launch_bounds__(kGroupThreads) chunk_prep_kernel(const ChunkPa
     if (__syncthreads_or(bad)) return;
   }
   stage_chunk<TAct, L>(p, chunk_src<TAct>(p, h, hv, 0), smem, 0, lt0, n, tid, kProd);
-  const float A = p.decay_given ? 0.f : -expf(p.A_log(hv)), dtb = p.decay_given ? 0.f : p.dt_bias(hv);
+  float A, dtb;
+  head_decay(p, p.gates, hv, A, dtb);
   prep_chunk<TAct, L>(p, smem, 0, n, A, dtb, warp, lane, tid);
   mma::bar_sync(kProd, kGroupThreads);
   store_records<TAct, L>(p, smem, lt0, n, hv, tid);

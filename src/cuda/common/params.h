@@ -1,6 +1,7 @@
 // src/cuda/common/params.h — the kernels' parameter structs, filled once on the host, passed by value.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "common/attention_layout.h"
 #include "cuda/common/cuda_util.cuh"
@@ -75,8 +76,15 @@ __device__ __forceinline__ SeqRef seq_ref(const StepParams& p, int64_t z) {
   return SeqRef{gi, gi ? z - p.n0 : z};
 }
 
+// The gate and norm forms of ops.h (GatedDeltaRuleArgs): the decay computed from a
+// (g = -exp(A_log) softplus(a + dt_bias)) or a itself the log-space decay (decay_given); beta =
+// sigmoid(b) or b itself (beta_given); q and k l2-normalised or used as given (l2norm false).
+struct GateForm {
+  bool decay_given = false, beta_given = false, l2norm = true;
+};
+
 struct RecurrentParams : StepParams {
-  FloatRef A_log, dt_bias;
+  FloatRef A_log, dt_bias;  // absent where gates.decay_given
   void* state = nullptr;  // [slots, HV, V, K] or [slots, HV, K, V]
   int64_t state_slot_stride = 0, num_slots = 0;
   bool kv_layout = false, state_vec = false;
@@ -85,7 +93,28 @@ struct RecurrentParams : StepParams {
   int H = 0, HV = 0, K = 0, V = 0, r = 1;
   float scale = 1.f;
   bool early_meta = false;  // the register kernels read the metadata before pdl_start() (metadata_ready_early)
+  // The primitive ops' gate and norm forms and the dtypes of a and b (FloatRef codes: 0 float32,
+  // 1 bfloat16, 2 float16); gdn_attention: the defaults, a and b in the activation dtype. The register
+  // kernel's gate-form instances, the chunk kernel and the deferred kernel read them; every other
+  // recurrence kernel runs the defaults only (default_gate_form), and the planner sends it nothing else.
+  // (Bytes that fit in the struct's tail padding: its size, and so the kernels' parameter offsets,
+  // are those of the default form's fields alone.)
+  GateForm gates;
+  uint8_t a_dtype = 1, b_dtype = 1;
 };
+static_assert(sizeof(GateForm) == 3, "three flags");
+// FloatRef's dtype code of an activation type.
+template <typename T>
+constexpr int act_code() {
+  return std::is_same_v<T, float> ? 0 : std::is_same_v<T, __half> ? 2 : 1;
+}
+// Whether p's gates are the default forms with a and b in the activation dtype TAct (what every
+// recurrence kernel takes; other forms only the register kernel's gate-form instances).
+template <typename TAct>
+inline bool default_gate_form(const RecurrentParams& p) {
+  return !p.gates.decay_given && !p.gates.beta_given && p.gates.l2norm && p.a_dtype == act_code<TAct>() &&
+         p.b_dtype == act_code<TAct>();
+}
 // The primitive op's tokens (both groups' local token bounds), and whether a batch of nseq sequences
 // has on average 2 or more of them per sequence (verify-like: the planner's problem, launch.cuh).
 inline int64_t batch_tokens(const RecurrentParams& p) { return p.group[0].limit + p.group[1].limit; }

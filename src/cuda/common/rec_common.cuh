@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "common/seq_rules.h"
+#include "cuda/common/gates.cuh"
 #include "cuda/common/params.h"
 
 namespace gdn::cuda {
@@ -332,26 +333,30 @@ __device__ __forceinline__ SeqInfo start_seq(const RecurrentParams& p, const Gro
   return resolve_seq(p, g, i, fused);
 }
 
-// A token's normalised k^, q^ (this lane's EPL elements of each) and its decay exp(g) and beta,
-// from raw q, k (KP each, zero past K) and the gate inputs a, b.
+// A token's k^, q^ (this lane's EPL elements of each) and its decay exp(g) and beta, from raw q, k
+// (KP each, zero past K) and the gate inputs a, b in form f (gates.cuh; the default form, computed
+// gates and l2 norms, where the caller passes none).
 struct TokenGates {
   float decay, beta;
 };
 template <int L, int EPL>
 __device__ __forceinline__ TokenGates prep_regs(float a, float b, float A, float dtb, float scale, float (&kr)[EPL],
-                                                float (&qr)[EPL]) {
-  float kk = 0.f, qq = 0.f;
+                                                float (&qr)[EPL], GateForm f = {}) {
+  float kn = 1.f, qn = scale;  // k^ = k, q^ = q * scale without the norms
+  if (f.l2norm) {
+    float kk = 0.f, qq = 0.f;
 #pragma unroll
-  for (int e = 0; e < EPL; ++e) {
-    kk += kr[e] * kr[e];
-    qq += qr[e] * qr[e];
+    for (int e = 0; e < EPL; ++e) {
+      kk += kr[e] * kr[e];
+      qq += qr[e] * qr[e];
+    }
+    kn = 1.f / sqrtf(group_sum<L>(kk) + 1e-6f);    // k^ = k / |k|
+    qn = scale / sqrtf(group_sum<L>(qq) + 1e-6f);  // q^ = q / |q| * scale
   }
-  const float kn = 1.f / sqrtf(group_sum<L>(kk) + 1e-6f);    // k^ = k / |k|
-  const float qn = scale / sqrtf(group_sum<L>(qq) + 1e-6f);  // q^ = q / |q| * scale
-  const float gate = A * rules::softplus(a + dtb);           // g = -exp(A_log) softplus(a + dt_bias)
+  const GateValues gv = gate_values(f, a, b, A, dtb);
   TokenGates tg;
-  tg.beta = 1.f / (1.f + expf(-b));  // beta = sigmoid(b)
-  tg.decay = expf(gate);
+  tg.beta = gv.beta;
+  tg.decay = expf(gv.g);
 #pragma unroll
   for (int e = 0; e < EPL; ++e) {
     kr[e] *= kn;
@@ -362,13 +367,14 @@ __device__ __forceinline__ TokenGates prep_regs(float a, float b, float A, float
 // The same from raw q, k in shared memory (KP floats each, zero past K).
 template <int L, int EPL>
 __device__ __forceinline__ TokenGates prep_token(const float* sq, const float* sk, float a, float b, float A, float dtb,
-                                                 float scale, int ln, float (&kr)[EPL], float (&qr)[EPL]) {
+                                                 float scale, int ln, float (&kr)[EPL], float (&qr)[EPL],
+                                                 GateForm f = {}) {
 #pragma unroll
   for (int e = 0; e < EPL; ++e) {
     kr[e] = sk[ln * EPL + e];
     qr[e] = sq[ln * EPL + e];
   }
-  return prep_regs<L, EPL>(a, b, A, dtb, scale, kr, qr);
+  return prep_regs<L, EPL>(a, b, A, dtb, scale, kr, qr, f);
 }
 
 // Sums of R row partials over an L-lane group. With R a power of two (<= L),
@@ -472,13 +478,13 @@ __device__ __forceinline__ float recur_rows(float (&s)[R][EPL], const float (&kr
 
 // One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with
 // j G >= vlim are past V). sq, sk: raw q and k (KP each, zero past K); sv: v of the block's rows;
-// a, b: the token's gate inputs. Returns o of row ln for lanes ln < R.
+// a, b: the token's gate inputs, in form f. Returns o of row ln for lanes ln < R.
 template <int L, int G, int R, int EPL, bool kMulti = false>
 __device__ __forceinline__ float recur_token(float (&s)[R][EPL], const float* sq, const float* sk, const float* sv,
                                              int lrow0, int vlim, float a, float b, float A, float dtb, float scale,
-                                             int ln) {
+                                             int ln, GateForm f = {}) {
   float kr[EPL], qr[EPL];
-  const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr);
+  const TokenGates tg = prep_token<L, EPL>(sq, sk, a, b, A, dtb, scale, ln, kr, qr, f);
   return recur_rows<L, G, R, EPL, kMulti>(
       s, kr, qr, tg, [&](int j) { return j * G < vlim ? sv[lrow0 + j * G] : 0.f; }, ln);
 }

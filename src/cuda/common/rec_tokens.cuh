@@ -2,6 +2,8 @@
 // their loads into registers and shared memory, padding outputs, a token's o and verify state,
 // and the token loop. Included at the end of rec_common.cuh (uses its lane-group math).
 #pragma once
+#include <type_traits>
+
 #include "cuda/common/rec_common.cuh"
 
 namespace gdn::cuda {
@@ -27,8 +29,9 @@ __device__ __forceinline__ TAct gate_elem(const RecurrentParams& p, int64_t row,
 }
 
 // The primitive op's inputs of one token (global row `row`) into shared memory: raw q and k of key
-// head h (zero past K), the v values of the block's kRows rows from v0, and a, b.
-template <typename TAct, int KP, int kRows, int kThreads>
+// head h (zero past K), the v values of the block's kRows rows from v0, and a, b (kForms: each in its
+// own dtype, p.a_dtype and p.b_dtype; else in TAct).
+template <typename TAct, int KP, int kRows, int kThreads, bool kForms = false>
 __device__ __forceinline__ void stage_inputs(const RecurrentParams& p, int64_t row, int h, int hv, int v0, int tid,
                                              float* s_q, float* s_k, float* s_v, float* s_ab) {
   const TAct* q = q_row<TAct>(p, row, h);
@@ -38,7 +41,11 @@ __device__ __forceinline__ void stage_inputs(const RecurrentParams& p, int64_t r
     s_k[c] = c < p.K ? to_float(k[c]) : 0.f;
   }
   if (tid < kRows && v0 + tid < p.V) s_v[tid] = to_float(v_elem<TAct>(p, row, hv, v0, tid));
-  if (tid < 2) s_ab[tid] = to_float(gate_elem<TAct>(p, row, hv, tid));
+  if constexpr (kForms) {
+    if (tid < 2) s_ab[tid] = raw_float(gate_word(p, row, hv, tid), tid == 0 ? p.a_dtype : p.b_dtype);
+  } else {
+    if (tid < 2) s_ab[tid] = to_float(gate_elem<TAct>(p, row, hv, tid));
+  }
 }
 
 // A padding sequence: zeros in o for the lane's row (lanes ln < R), every token whose row exists.
@@ -87,19 +94,23 @@ struct TokenStage {
 // as loaded (load_tokens: every load of every token issued into registers, so that the tokens
 // cost one round trip), then converted into shared memory (store_tokens). With `gates`, the last
 // four threads also load the words of A_log and dt_bias (stored to a gw[4] in shared memory), so
-// that they share that round trip instead of two of their own.
-template <typename TAct, int KP, int kThreads, int kTB>
+// that they share that round trip instead of two of their own. kForms: a and b each in its own
+// dtype (p.a_dtype, p.b_dtype), held as raw words (ab_dt: the code of this thread's, threads 0 and 1).
+template <typename TAct, int KP, int kThreads, int kTB, bool kForms = false>
 struct TokenRegs {
   static constexpr int kE = (KP + kThreads - 1) / kThreads;  // q and k elements per thread and token
-  TAct q[kTB][kE], k[kTB][kE], v[kTB], ab[kTB];
+  using AB = std::conditional_t<kForms, uint32_t, TAct>;
+  TAct q[kTB][kE], k[kTB][kE], v[kTB];
+  AB ab[kTB];
+  int ab_dt;
   uint32_t gw;
 };
-template <typename TAct, int KP, int kRows, int kThreads, int kTB>
-__device__ __forceinline__ TokenRegs<TAct, KP, kThreads, kTB> load_tokens(const RecurrentParams& p, const GroupMeta& g,
-                                                                          rules::TokenRange tr, int64_t t0, int nt,
-                                                                          int h, int hv, int v0, int tid, bool gates) {
+template <typename TAct, int KP, int kRows, int kThreads, int kTB, bool kForms = false>
+__device__ __forceinline__ TokenRegs<TAct, KP, kThreads, kTB, kForms> load_tokens(
+    const RecurrentParams& p, const GroupMeta& g, rules::TokenRange tr, int64_t t0, int nt, int h, int hv, int v0,
+    int tid, bool gates) {
   static_assert(kThreads >= 4, "four threads load the gate words");
-  using Regs = TokenRegs<TAct, KP, kThreads, kTB>;
+  using Regs = TokenRegs<TAct, KP, kThreads, kTB, kForms>;
   Regs r;
 #pragma unroll
   for (int u = 0; u < kTB; ++u) {
@@ -114,15 +125,20 @@ __device__ __forceinline__ TokenRegs<TAct, KP, kThreads, kTB> load_tokens(const 
       r.k[u][e] = c < p.K ? k[c] : from_float<TAct>(0.f);
     }
     r.v[u] = (tid < kRows && v0 + tid < p.V) ? v_elem<TAct>(p, row, hv, v0, tid) : from_float<TAct>(0.f);
-    if (tid < 2) r.ab[u] = gate_elem<TAct>(p, row, hv, tid);
+    if constexpr (kForms) {
+      if (tid < 2) r.ab[u] = gate_word(p, row, hv, tid);
+    } else {
+      if (tid < 2) r.ab[u] = gate_elem<TAct>(p, row, hv, tid);
+    }
   }
+  if constexpr (kForms) r.ab_dt = tid == 0 ? p.a_dtype : p.b_dtype;
   const int gt = tid - (kThreads - 4);  // 0, 1: A_log's words; 2, 3: dt_bias's
   r.gw = 0u;
   if (gates && gt >= 0) r.gw = load_param_word(gt < 2 ? p.A_log : p.dt_bias, hv, gt & 1);
   return r;
 }
-template <typename TAct, int KP, int kRows, int kThreads, int kTB>
-__device__ __forceinline__ void store_tokens(const TokenRegs<TAct, KP, kThreads, kTB>& r, int nt, int tid,
+template <typename TAct, int KP, int kRows, int kThreads, int kTB, bool kForms = false>
+__device__ __forceinline__ void store_tokens(const TokenRegs<TAct, KP, kThreads, kTB, kForms>& r, int nt, int tid,
                                              TokenStage<KP, kRows, kTB>& st, uint32_t* gw = nullptr) {
 #pragma unroll
   for (int u = 0; u < kTB; ++u) {
@@ -136,18 +152,21 @@ __device__ __forceinline__ void store_tokens(const TokenRegs<TAct, KP, kThreads,
       }
     }
     if (tid < kRows) st.v[u][tid] = to_float(r.v[u]);
-    if (tid < 2) st.ab[u][tid] = to_float(r.ab[u]);
+    if constexpr (kForms) {
+      if (tid < 2) st.ab[u][tid] = raw_float(r.ab[u], r.ab_dt);
+    } else {
+      if (tid < 2) st.ab[u][tid] = to_float(r.ab[u]);
+    }
   }
   const int gt = tid - (kThreads - 4);
   if (gw && gt >= 0) gw[gt] = r.gw;
 }
-template <typename TAct, int KP, int kRows, int kThreads, int kTB>
+template <typename TAct, int KP, int kRows, int kThreads, int kTB, bool kForms = false>
 __device__ __forceinline__ void stage_tokens(const RecurrentParams& p, const GroupMeta& g, rules::TokenRange tr,
                                              int64_t t0, int nt, int h, int hv, int v0, int tid,
                                              TokenStage<KP, kRows, kTB>& st) {
-  store_tokens<TAct, KP, kRows, kThreads, kTB>(load_tokens<TAct, KP, kRows, kThreads, kTB>(p, g, tr, t0, nt, h, hv, v0,
-                                                                                          tid, false),
-                                               nt, tid, st);
+  store_tokens<TAct, KP, kRows, kThreads, kTB, kForms>(
+      load_tokens<TAct, KP, kRows, kThreads, kTB, kForms>(p, g, tr, t0, nt, h, hv, v0, tid, false), nt, tid, st);
 }
 // A = -exp(A_log) and dt_bias from the staged gate words (after the barrier that follows store_tokens).
 __device__ __forceinline__ void staged_gates(const RecurrentParams& p, const uint32_t (&gw)[4], float& A, float& dtb) {
@@ -157,25 +176,27 @@ __device__ __forceinline__ void staged_gates(const RecurrentParams& p, const uin
 
 // The primitive op's token loop for a lane group's R float32 rows s (rows row0 + j G, block-local
 // lrow0 + j G): stages kTB tokens' inputs, runs recur_token on each and emits its o and verify
-// state. The caller stores the final state of a non-spec sequence.
+// state. The caller stores the final state of a non-spec sequence. kForms: the gate and norm forms
+// of p.gates, a and b in their own dtypes; else the default form, a and b in TAct.
 template <typename TAct, typename TState, int KP, int kRows, int kThreads, int L, int G, int R, int EPL, bool kDense,
-          int kTB>
+          int kTB, bool kForms = false>
 __device__ __forceinline__ void run_tokens(const RecurrentParams& p, const GroupMeta& g, int64_t i,
                                            rules::TokenRange tr, float (&s)[R][EPL], int row0, int lrow0, int h,
                                            int hv, float A, float dtb, int tid, int ln,
                                            TokenStage<KP, kRows, kTB>& st) {
+  const GateForm f = kForms ? p.gates : GateForm{};
   for (int64_t t0 = 0; t0 < tr.len; t0 += kTB) {
     const int nt = static_cast<int>(tr.len - t0 < kTB ? tr.len - t0 : kTB);
     __syncthreads();  // the previous batch's shared inputs are consumed
     if constexpr (kTB == 1)
-      stage_inputs<TAct, KP, kRows, kThreads>(p, global_row(g, tr.begin + t0, g.limit), h, hv, row0 - lrow0, tid,
-                                              st.q[0], st.k[0], st.v[0], st.ab[0]);
+      stage_inputs<TAct, KP, kRows, kThreads, kForms>(p, global_row(g, tr.begin + t0, g.limit), h, hv, row0 - lrow0,
+                                                      tid, st.q[0], st.k[0], st.v[0], st.ab[0]);
     else
-      stage_tokens<TAct, KP, kRows, kThreads, kTB>(p, g, tr, t0, nt, h, hv, row0 - lrow0, tid, st);
+      stage_tokens<TAct, KP, kRows, kThreads, kTB, kForms>(p, g, tr, t0, nt, h, hv, row0 - lrow0, tid, st);
     __syncthreads();
     for (int u = 0; u < nt; ++u) {
       const float mine = recur_token<L, G, R, EPL>(s, st.q[u], st.k[u], st.v[u], lrow0, p.V - row0, st.ab[u][0],
-                                                   st.ab[u][1], A, dtb, p.scale, ln);
+                                                   st.ab[u][1], A, dtb, p.scale, ln, f);
       emit_token<TAct, TState, KP, R, EPL, G, kDense>(p, g, i, t0 + u, global_row(g, tr.begin + t0 + u, g.limit), hv,
                                                   row0, ln, mine, s);
     }

@@ -302,7 +302,8 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
   if (tree)
     for (int64_t t = tid; t < tr.len && t < kParCache; t += kThreads)
       sm.par[t] = static_cast<int32_t>(token_parent(p, tr.begin, t));
-  const float A = p.decay_given ? 0.f : -expf(p.A_log(hv)), dtb = p.decay_given ? 0.f : p.dt_bias(hv);
+  float A, dtb;
+  head_decay(p, p.gates, hv, A, dtb);
   deferred::StepCursor cur{0, -1};  // thread 0's
   for (bool more = true; more;) {
     __syncthreads();  // the parents staged; the previous chunk consumed
@@ -337,8 +338,8 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
       }
       qq = group_sum<32>(qq);
       kk = group_sum<32>(kk);
-      const float kn = p.l2norm ? 1.f / sqrtf(kk + 1e-6f) : 1.f;          // k^ = k / |k|
-      const float qn = p.l2norm ? p.scale / sqrtf(qq + 1e-6f) : p.scale;  // q^ = q / |q| * scale
+      const float kn = p.gates.l2norm ? 1.f / sqrtf(kk + 1e-6f) : 1.f;          // k^ = k / |k|
+      const float qn = p.gates.l2norm ? p.scale / sqrtf(qq + 1e-6f) : p.scale;  // q^ = q / |q| * scale
 #pragma unroll
       for (int e = 0; e < kPer; ++e) {
         const int c = lane + 32 * e;
@@ -348,11 +349,10 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
         }
       }
       if (lane == 0) {
-        const float av = p.a(row * p.src.a_rs + hv), bv = p.b(row * p.src.b_rs + hv);
-        const float gv = p.decay_given ? av : A * rules::softplus(av + dtb);  // g = -exp(A_log) softplus(a + dt_bias)
-        sm.cf.g[u] = gv;
-        sm.cf.dec[u] = expf(gv);
-        sm.cf.beta[u] = p.beta_given ? bv : 1.f / (1.f + expf(-bv));  // beta = sigmoid(b)
+        const GateValues gv = gate_values(p.gates, p.a(row * p.src.a_rs + hv), p.b(row * p.src.b_rs + hv), A, dtb);
+        sm.cf.g[u] = gv.g;
+        sm.cf.dec[u] = expf(gv.g);
+        sm.cf.beta[u] = gv.beta;
       }
     }
     for (int idx = tid; idx < n * kRows; idx += kThreads) {

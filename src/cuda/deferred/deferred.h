@@ -10,7 +10,8 @@
 namespace gdn::cuda {
 
 // The recurrence's parameters (group 0: one slot per sequence in slots, the replay counts in
-// num_accepted, has_init) plus the logs, the tree and the gate and norm forms of ops.h.
+// num_accepted, has_init; every gate and norm form of ops.h: RecurrentParams::gates) plus the logs,
+// the tree and the gate inputs as FloatRefs.
 struct DeferredParams : RecurrentParams {
   const float* log_in = nullptr;          // verify_log [num_slots, log_cols, HV, K + V + 2]
   float* log_out = nullptr;               // verify_log_out, the same shape
@@ -20,7 +21,6 @@ struct DeferredParams : RecurrentParams {
   IndexRef parents;  // token_parents [T] or absent (a chain)
   bool log_tokens = true;
   FloatRef a, b;  // gate inputs [T, HV]: element (row, hv) at row * a_rs + hv (src.a_rs, src.b_rs)
-  bool decay_given = false, beta_given = false, l2norm = true;
 };
 
 // The launch for p, as plan::plan_deferred decides (force: a deferred path, else the planner's).

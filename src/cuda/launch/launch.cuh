@@ -48,6 +48,7 @@ plan::Problem plan_problem(const RecurrentParams& p, int64_t nseq, bool fused) {
   pb.spec = p.group[0].n > 0 ? p.group[0].spec : p.group[1].spec;
   for (const GroupMeta& g : p.group) pb.verify_cols |= g.n > 0 && g.spec && g.cols > 1;
   pb.dense = !p.kv_layout && p.state_vec;
+  pb.gate_forms = !fused && !default_gate_form<TAct>(p);
   pb.pipelined_ok = fused ? pipelined_ok<TAct, TS, KP, true>(p, nseq) : pipelined_ok<TAct, TS, KP, false>(p, nseq);
   if (fused) {
     pipelined_problem<TAct, TS, KP, true>(p, pb);
@@ -74,12 +75,23 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, plan::Override for
     const KernelFacts<TAct, TS, KP> facts(p, nseq, fused, dev, sms);
     const plan::Problem pb = plan_problem<TAct, TS, KP>(p, nseq, fused);
     const plan::Plan pl = plan::plan_launch(pb, major, facts, force);
+    if (pb.gate_forms && pl.path != plan::Path::kRegisterSmall && pl.path != plan::Path::kRegisterLarge)
+      return Status::Error(std::string("internal: planned kernel ") + plan::path_name(pl.path) +
+                           " does not take the gate forms of this launch");
     auto run = [&](auto fused_tag, auto form_tag) -> Status {
       constexpr bool kF = decltype(fused_tag)::value;
       constexpr int kFm = decltype(form_tag)::value;
       using Tr = RecTraits<TS, kF, kFm>;
       constexpr int EPL = KP / Tr::kLanes;
       const bool dense = kHasVec<TS, EPL> && !p.kv_layout && p.state_vec && p.K == KP;
+      const dim3 grid(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
+                      static_cast<unsigned>(nseq));
+      if constexpr (!kF && kFm != kFormMid) {
+        if (pb.gate_forms)  // the gate-form instances (recurrent.cuh)
+          return Launch(grid, Tr::kThreads, 0, stream)(dense ? recurrent_kernel<TAct, TS, KP, false, true, kFm, true>
+                                                             : recurrent_kernel<TAct, TS, KP, false, false, kFm, true>,
+                                                       p);
+      }
       if constexpr (kF) {
         if (pl.path == plan::Path::kStepCluster || pl.path == plan::Path::kStepClusterLean) {
           static_assert(RecTraits<TS, false>::kLanes == Tr::kLanes, "one dense decision for both fused forms");
@@ -89,8 +101,6 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, plan::Override for
           return st;
         }
       }
-      const dim3 grid(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
-                      static_cast<unsigned>(nseq));
       return Launch(grid, Tr::kThreads, 0, stream)(dense ? recurrent_kernel<TAct, TS, KP, kF, true, kFm>
                                                          : recurrent_kernel<TAct, TS, KP, kF, false, kFm>,
                                                    p);

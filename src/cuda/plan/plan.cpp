@@ -73,6 +73,12 @@ Plan plan_recurrent(const Ctx& c, Path force) {
   const bool mid_ok = sixteen && p.K > 64 && p.K <= 128;     // the mid form: 16-bit, K padded to 128
   const bool packed_ok = sixteen && p.K == 128 && p.dense;   // the packed kernel
   Plan pl;
+  const bool small = c.le(p.seqheads(), sixteen ? c.t.register_small_16 : c.t.register_small_f32);
+  if (p.gate_forms) {  // the register kernel's gate-form instances, small or large shape
+    const bool forced = force == Path::kRegisterSmall || force == Path::kRegisterLarge;
+    pl.path = forced ? force : small ? Path::kRegisterSmall : Path::kRegisterLarge;
+    return pl;
+  }
   auto lean = [&](bool more, bool staged) {
     pl.path = staged ? Path::kLeanStaged : more ? Path::kLeanMore : Path::kLean;
     return pl;
@@ -109,7 +115,7 @@ Plan plan_recurrent(const Ctx& c, Path force) {
   if (p.lean_ok && lean_chosen(c)) return lean(lean_more(c, p.lean_blocks), lean_staged(c));
   if (Plan t = pipelined(c, false); t.tok) return t;
   const int64_t sh = p.seqheads();
-  if (c.le(sh, sixteen ? c.t.register_small_16 : c.t.register_small_f32)) {
+  if (small) {
     pl.path = Path::kRegisterSmall;
   } else if (mid_ok && c.le(sh, c.t.register_mid_16) && p.multi_token()) {
     pl.path = Path::kRegisterMid;

@@ -5,7 +5,8 @@
 //   primitive recurrence (gated_delta_rule_recurrent, _chunked):
 //     lean        one warp per 8 rows, nothing but the recurrence (decode and verify batches)
 //     pipelined   persistent sm_90 blocks, state tiles through a TMA ring (large batches)
-//     register    the general kernel: every shape, dtype, layout and metadata form
+//     register    the general kernel: every shape, dtype, layout and metadata form, and (its
+//                 gate-form instances) every gate and norm form of ops.h
 //     packed      16-bit state in packed pairs (large batches)
 //   chunk kernel (gated_delta_rule_chunked): chunks of 64 tokens on tensor cores (prefill batches)
 //   deferred commit (gated_delta_rule_recurrent with verify_log): the deferred kernel, by rows per block
@@ -69,6 +70,11 @@ struct Problem {
   bool spec = false;   // the batch's (first) group is a verify group
   bool verify_cols = false;  // a verify group has more than one state column
   bool dense = false;  // "vk" state, 16-byte aligned rows (vector loads)
+  // Primitive recurrence: gate or norm forms other than the default (the log-space decay or beta
+  // given, no l2 norm, a or b in a dtype other than the activations'). Only the register kernel's
+  // gate-form instances take them, in its small or large shape (by the default form's batch
+  // threshold); a forced path other than those two leaves that choice.
+  bool gate_forms = false;
   // Whether each family can take the launch at all (shapes, alignment, metadata forms, sm_90 code):
   bool lean_ok = false;        // every group of the batch's kind, int32 metadata, no remap, K = 128
   bool pipelined_ok = false;   // K = 128 dense state, aligned inputs (and, step: conv pool, weights)

@@ -10,6 +10,10 @@
 // kRows values of v, and a, b in shared memory, then every warp runs the recurrence for its rows.
 // State is read once (column a-1 for verify), written after every verify token into column t,
 // or once at the end for non-spec sequences.
+// kForms (the primitive op only): the gate-form instance, which also takes the other gate and norm
+// forms of ops.h (RecurrentParams::gates: the log-space decay given, beta given, no l2 norm; a and b
+// in float32 or the activation dtype), by the math of gates.cuh; the other instances (and every other
+// recurrence kernel) take the default form only.
 #pragma once
 #include "cuda/common/rec_common.cuh"
 #include "cuda/conv/conv_channel.cuh"
@@ -56,10 +60,11 @@ __device__ __forceinline__ float conv_token(const RecurrentParams& p, const Grou
   return round_to<TAct>(acc);  // the conv output is stored in the activation dtype
 }
 
-template <typename TAct, typename TState, int KP, bool kFused, bool kDense, int kForm>
+template <typename TAct, typename TState, int KP, bool kFused, bool kDense, int kForm, bool kForms = false>
 __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
                                   RecTraits<TState, kFused, kForm>::kMinBlocks)
     recurrent_kernel(const __grid_constant__ RecurrentParams p) {
+  static_assert(!(kFused && kForms), "gdn_attention's step computes its gates in the default form");
   using Tr = RecTraits<TState, kFused, kForm>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
@@ -102,7 +107,8 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
     return;
   }
 
-  const float A = -expf(p.A_log(hv)), dtb = p.dt_bias(hv);
+  float A, dtb;
+  head_decay(p, kForms ? p.gates : GateForm{}, hv, A, dtb);
   const ConvWindow win = conv_window(g.spec, p.conv_per_token, si.slot0, si.read_slot, si.acc);  // fused
   if constexpr (kFused) {
     const auto& PL = p.src.proj;
@@ -145,8 +151,8 @@ __global__ void __launch_bounds__(RecTraits<TState, kFused, kForm>::kThreads,
       emit_token<TAct, TState, KP, R, EPL, G, kDense>(p, g, i, t, row, hv, row0, ln, mine, s);
     }
   } else {
-    run_tokens<TAct, TState, KP, kRows, kThreads, L, G, R, EPL, kDense, kTB>(p, g, i, tr, s, row0, lrow0, h, hv, A,
-                                                                             dtb, tid, ln, s_stage);
+    run_tokens<TAct, TState, KP, kRows, kThreads, L, G, R, EPL, kDense, kTB, kForms>(p, g, i, tr, s, row0, lrow0, h,
+                                                                                     hv, A, dtb, tid, ln, s_stage);
   }
   if (!g.spec)
 #pragma unroll
