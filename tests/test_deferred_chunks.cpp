@@ -3,10 +3,12 @@
 //     chunk, hostile parents) every token is emitted exactly once, a chunk holds at most kChunk
 //     nodes in increasing order, its local parents are the tokens' parents (or W's node), and it
 //     is ancestor-closed; a tree of at most kChunk nodes is one chunk; W is reset to the committed
-//     state only after a path deeper than a chunk; a chain-shaped tree plans exactly as the chain
-//     (linear verify), chunk for chunk.
-//   DeferredChunks.ModelEqualsTheReference: a float32 model of the kernel built on those plans and
-//     the chunk algebra (per row: two products with W per node, the triangular solution, the advance)
+//     state only after a path deeper than a chunk and advances only along a path (a chunk the
+//     kernel runs as the recurrence); a chain-shaped tree plans exactly as the chain (linear
+//     verify), chunk for chunk, and every chunk of linear verify runs as the recurrence.
+//   DeferredChunks.ModelEqualsTheReference: a float32 model of the kernel built on those plans: paths
+//     along which W moves as the recurrence, other chunks through the algebra (per row: two products
+//     with W per node, the triangular solution)
 //     against the CPU reference (docs/contract.md §7) on random batches: linear verify, trees of up
 //     to 40 nodes (resets and deep advances included), prefills of up to 40 tokens without logging,
 //     replays through accepted paths cut by entries outside the log, sequences without initial state,
@@ -80,6 +82,7 @@ TEST(DeferredChunks, PlansCoverEveryTokenOnce) {
         emitted[c.node[k]] += c.emit[k];
       }
       if (c.adv >= 0) base = c.node[c.adv];
+      if (c.adv >= 0) EXPECT_TRUE(cuda::deferred::runs_as_chain(c, false)) << "W advances only along a path";
     }
     for (int64_t t = 0; t < T; ++t) EXPECT_EQ(emitted[t], 1) << "token " << t;
     if (T <= kChunk) EXPECT_EQ(plans.size(), 1u) << "a tree of at most kChunk nodes is one chunk";
@@ -90,6 +93,7 @@ TEST(DeferredChunks, PlansCoverEveryTokenOnce) {
     const std::vector<ChunkPlan> a = plan_all(T, &chain, false), b = plan_all(T, nullptr, false);
     ASSERT_EQ(a.size(), b.size()) << "T " << T;
     for (size_t j = 0; j < a.size(); ++j) {
+      EXPECT_TRUE(cuda::deferred::runs_as_chain(b[j], j + 1 == b.size())) << "linear verify runs as the recurrence";
       EXPECT_EQ(a[j].n, b[j].n);
       EXPECT_EQ(a[j].adv, b[j].adv);
       EXPECT_EQ(a[j].reset, b[j].reset);
@@ -100,14 +104,35 @@ TEST(DeferredChunks, PlansCoverEveryTokenOnce) {
   }
 }
 
-// One chunk on W (V x K floats) from per-node inputs, as the kernel does it (products with W, the
-// coefficients, the rows' recurrence, the advance); o[u][v] written for emitted nodes.
+// One chunk on W (V x K floats) from per-node inputs, as the kernel does it: a path along which W
+// may move (runs_as_chain) token by token, W moving (per row W k^, W q^, y, the output, the update);
+// any other chunk through the algebra (products with W, the coefficients, the rows' solution; W
+// stays). o[u][v] written for emitted nodes.
 struct NodeIn {
   std::vector<float> k, q, v;
   float g = 0.f, beta = 0.f;
 };
-void run_chunk(const ChunkPlan& c, const std::vector<NodeIn>& in, bool outputs, int64_t V, int64_t K,
+void run_chunk(const ChunkPlan& c, const std::vector<NodeIn>& in, bool outputs, bool w_done, int64_t V, int64_t K,
                std::vector<float>& W, std::vector<std::vector<float>>& o) {
+  auto dot = [&](const float* a, const float* b) {
+    float s = 0.f;
+    for (int64_t e = 0; e < K; ++e) s += a[e] * b[e];
+    return s;
+  };
+  if (cuda::deferred::runs_as_chain(c, w_done)) {
+    for (int u = 0; u < c.n; ++u) {
+      const float* k = in[u].k.data();
+      const float dec = std::exp(in[u].g), kq = outputs ? dot(k, in[u].q.data()) : 0.f;
+      for (int64_t vi = 0; vi < V; ++vi) {
+        float* row = W.data() + vi * K;
+        const float y = in[u].beta * (in[u].v[vi] - dec * dot(row, k));
+        if (outputs) o[u][vi] = dec * dot(row, in[u].q.data()) + y * kq;
+        for (int64_t e = 0; e < K; ++e) row[e] = dec * row[e] + y * k[e];
+      }
+    }
+    return;
+  }
+  EXPECT_LT(c.adv, 0) << "W advances only along a path";
   ChunkCoefs cf{};
   for (int u = 0; u < c.n; ++u) {
     cf.g[u] = in[u].g;
@@ -116,37 +141,21 @@ void run_chunk(const ChunkPlan& c, const std::vector<NodeIn>& in, bool outputs, 
   }
   for (int i = 0; i < c.n; ++i) cuda::deferred::e_row(c, cf.dec, i, cf.E[i]);
   cuda::deferred::gammas(c, cf.dec, cf.gamma);
-  auto dot = [&](const std::vector<float>& a, const std::vector<float>& b) {
-    float s = 0.f;
-    for (int64_t e = 0; e < K; ++e) s += a[e] * b[e];
-    return s;
-  };
   for (int i = 0; i < c.n; ++i)
     for (int u = i; u < c.n; ++u) {
       const bool anc = cuda::deferred::is_ancestor(c, i, u);
-      cf.Gk[i][u] = i < u && anc ? dot(in[i].k, in[u].k) : 0.f;
-      cf.Gq[i][u] = outputs && anc ? dot(in[i].k, in[u].q) : 0.f;
+      cf.Gk[i][u] = i < u && anc ? dot(in[i].k.data(), in[u].k.data()) : 0.f;
+      cf.Gq[i][u] = anc ? dot(in[i].k.data(), in[u].q.data()) : 0.f;
     }
-  for (int j = 0; j < c.n; ++j) cuda::deferred::chunk_column(c, cf, outputs, j);
-  std::vector<std::vector<float>> d(V, std::vector<float>(kChunk, 0.f));
+  for (int j = 0; j < c.n; ++j) cuda::deferred::chunk_column(c, cf, j);
   for (int64_t vi = 0; vi < V; ++vi) {
-    std::vector<float> row(W.begin() + vi * K, W.begin() + (vi + 1) * K);
+    const float* row = W.data() + vi * K;
     float y[kChunk];
-    for (int u = 0; u < c.n; ++u) y[u] = cuda::deferred::row_y(cf, u, in[u].v[vi], dot(row, in[u].k));
+    for (int u = 0; u < c.n; ++u) y[u] = cuda::deferred::row_y(cf, u, in[u].v[vi], dot(row, in[u].k.data()));
     auto yf = [&](int i) { return y[i]; };
-    for (int u = 0; u < c.n; ++u) {
-      d[vi][u] = cuda::deferred::row_d(cf, u, yf);
-      if (outputs && c.emit[u]) o[u][vi] = cuda::deferred::row_o(cf, u, dot(row, in[u].q), yf);
-    }
+    for (int u = 0; u < c.n; ++u)
+      if (c.emit[u]) o[u][vi] = cuda::deferred::row_o(cf, u, dot(row, in[u].q.data()), yf);
   }
-  if (c.adv < 0) return;
-  const int m = c.adv;
-  for (int64_t vi = 0; vi < V; ++vi)
-    for (int64_t e = 0; e < K; ++e) {
-      float w = cf.gamma[m] * W[vi * K + e];
-      for (int i = 0; i <= m; ++i) w += cf.E[i][m] * d[vi][i] * in[i].k[e];
-      W[vi * K + e] = w;
-    }
 }
 
 // The kernel's algorithm for every (sequence, value head) of a deferred call, on host tensors.
@@ -179,7 +188,7 @@ void model_deferred(const GatedDeltaRuleArgs& a) {
           in[u] =
               NodeIn{std::vector<float>(e, e + K), {}, std::vector<float>(e + K, e + K + V), e[K + V], e[K + V + 1]};
         }
-        run_chunk(c, in, false, V, K, W, o);
+        run_chunk(c, in, false, false, V, K, W, o);
         if (!more) break;
       }
       const bool commit_before = a.log_tokens || tr.len == 0;
@@ -207,7 +216,7 @@ void model_deferred(const GatedDeltaRuleArgs& a) {
             e[K + V + 1] = ti.beta;
           }
         }
-        run_chunk(c, in, true, V, K, W, o);
+        run_chunk(c, in, true, cur.next >= tr.len && commit_before, V, K, W, o);
         for (int u = 0; u < c.n; ++u)
           if (c.emit[u])
             for (int64_t vi = 0; vi < V; ++vi)

@@ -5,7 +5,9 @@
 // The kernel (deferred.cuh) keeps one state W in registers and feeds it tokens in chunks of at most
 // kChunk nodes: the replayed log rows (a chain), then the step's tokens (a chain, or a tree by
 // token_parents). Within a chunk, node u's state is its parent's (or W's, for a chunk root) after
-// u's update. With dec_u = exp(g_u), gamma_u the product of dec along u's path from W, and
+// u's update. A chunk that is one path along which W may move (runs_as_chain) is the plain
+// recurrence on W, token by token. Any other chunk (branches, or a path after which W must stay)
+// goes through the following algebra. With dec_u = exp(g_u), gamma_u the product of dec along u's path from W, and
 // E[i][u] the product of dec over the path from node i (exclusive) down to u (E[u][u] = 1, 0 when
 // i is not an ancestor of u), node u's state is
 //     S_u = gamma_u W + sum_{i ancestor-or-self of u} E[i][u] d_i k_i^T
@@ -13,9 +15,9 @@
 // whatever the tree) and y_u = beta_u (v_u - gamma_u p_u),
 //     d_u + beta_u sum_{i < u} E[i][u] (k_i . k_u) d_i = y_u,    i.e. d = T y, T = (I + L)^-1
 //     o_u = gamma_u r_u + sum_{i <= u} E[i][u] (k_i . q_u) d_i = gamma_u r_u + (P y)_u
-// with L and P row-independent (one per chunk and block: chunk_columns), which is the recurrence of
-// §1 in exact arithmetic. Node states are never materialised; W moves ("advances") only along a
-// chain: W <- S_m = gamma_m W + sum_i E[i][m] d_i k_i^T.
+// with L and P row-independent (one per chunk and block: chunk_column), which is the recurrence of
+// §1 in exact arithmetic. Node states are never materialised and W stays: a chunk after which W
+// advances is a path, run as the recurrence.
 #pragma once
 #include <cstdint>
 
@@ -214,6 +216,17 @@ GDN_HD void plan_tree_chunk(const Par& par, int64_t T, StepCursor& cur, ChunkPla
   }
 }
 
+// Whether the kernel runs the chunk as the plain recurrence, a token at a time on W: the chunk is
+// one path from W's node (each node's parent the node before it) and W either advances to its last
+// node or is not used again after the chunk (`w_done`). Replays and linear verify always are;
+// other chunks go through the algebra below.
+GDN_HD bool runs_as_chain(const ChunkPlan& c, bool w_done) {
+  if (c.adv != c.n - 1 && !w_done) return false;
+  for (int k = 0; k < c.n; ++k)
+    if (c.lp[k] != k - 1) return false;
+  return true;
+}
+
 // Whether local node i is an ancestor of, or is, local node u.
 GDN_HD bool is_ancestor(const ChunkPlan& c, int i, int u) {
   while (u > i) u = c.lp[u];
@@ -241,16 +254,15 @@ GDN_HD void gammas(const ChunkPlan& c, const float* dec, float* gamma) {
   for (int u = 0; u < c.n; ++u) gamma[u] = (c.lp[u] < 0 ? 1.f : gamma[c.lp[u]]) * dec[u];
 }
 
-// Column j of T = (I + L)^-1, L[u][i] = beta_u E[i][u] Gk[i][u] (forward substitution), and with
-// `outputs` of P = N^T T, N[l][u] = E[l][u] Gq[l][u]. Columns are independent (a thread each).
-GDN_HD void chunk_column(const ChunkPlan& c, ChunkCoefs& cf, bool outputs, int j) {
+// Column j of T = (I + L)^-1, L[u][i] = beta_u E[i][u] Gk[i][u] (forward substitution), and of
+// P = N^T T, N[l][u] = E[l][u] Gq[l][u]. Columns are independent (a thread each).
+GDN_HD void chunk_column(const ChunkPlan& c, ChunkCoefs& cf, int j) {
   cf.T[j][j] = 1.f;
   for (int u = j + 1; u < c.n; ++u) {
     float s = 0.f;
     for (int i = j; i < u; ++i) s += cf.E[i][u] * cf.Gk[i][u] * cf.T[i][j];
     cf.T[u][j] = -cf.beta[u] * s;
   }
-  if (!outputs) return;
   for (int u = j; u < c.n; ++u) {
     float s = 0.f;
     for (int l = j; l <= u; ++l) s += cf.E[l][u] * cf.Gq[l][u] * cf.T[l][j];
@@ -258,15 +270,8 @@ GDN_HD void chunk_column(const ChunkPlan& c, ChunkCoefs& cf, bool outputs, int j
   }
 }
 
-// One state row: y_u from its v and p; then d_u = (T y)_u and o_u = gamma_u r_u + (P y)_u, y(i)
-// the row's y of node i.
+// One state row: y_u from its v and p; then o_u = gamma_u r_u + (P y)_u, y(i) the row's y of node i.
 GDN_HD float row_y(const ChunkCoefs& cf, int u, float v, float p) { return cf.beta[u] * (v - cf.gamma[u] * p); }
-template <typename YF>
-GDN_HD float row_d(const ChunkCoefs& cf, int u, const YF& y) {
-  float s = 0.f;
-  for (int i = 0; i <= u; ++i) s += cf.T[u][i] * y(i);
-  return s;
-}
 template <typename YF>
 GDN_HD float row_o(const ChunkCoefs& cf, int u, float r, const YF& y) {
   float s = cf.gamma[u] * r;

@@ -4,14 +4,16 @@
 //   grid  = (ceil(V / kRows), HV, sequences), block = kWarps warps (plan::plan_deferred: four or one);
 //           the block owns kRows rows of one (sequence, value head) in registers, W, from the one
 //           state read to the one state write.
-// Tokens go through W in chunks of up to deferred::kChunk nodes (chunk_plan.h: the algebra and the
-// planning, unit-tested on the CPU): the block stages a chunk's k^, q^ (normalised once per token,
-// a warp per token), its gates and the v of its rows in shared memory, computes the row-independent
-// coefficients (decay products along the paths and the nodes' key products, a thread each; the
-// triangular T and P, a thread per column), then every row needs only W k_u and W q_u per node
-// (its lanes' partial sums reduce-scattered eight at a time), two small matrix-vector products
-// (four lanes per row) and, where W moves along a chain, one rank-n update. Node states are never
-// formed: a tree of up to kChunk nodes costs two products per node and row, whatever its shape.
+// Tokens go through W in chunks of up to deferred::kChunk nodes (chunk_plan.h: the planning and the
+// algebra, unit-tested on the CPU): the block stages a chunk's k^, q^ (normalised once per token, a
+// warp per token, with k^ . q^), its gates and the v of its rows in shared memory. A chunk that is
+// a path along which W may move (the replay, linear verify, a tree's path chunks) is the plain
+// recurrence on W's registers, token by token (chain_chunk): per row W k^ and W q^ (the lanes'
+// partial sums of both reduce-scattered together), the output, the rank-one update; no barrier.
+// A chunk with branches goes through the algebra (tree_chunk): the row-independent coefficients
+// (decay products along the paths and the nodes' key products, a thread each; the triangular T
+// and P, a thread per column), then per row W k_u and W q_u for each node and two small
+// matrix-vector products. Node states are never formed and W stays.
 // Lanes: 8 per row, each with EPL = KP / 8 elements of 2 rows, in pieces of 16 bytes of state
 // (the 8 lanes of a row read 128 contiguous bytes per load, and their pieces of a staged vector
 // without bank conflicts).
@@ -50,13 +52,13 @@ struct DeferredSmem {
   static constexpr int C = deferred::kChunk;
   float x[2][C][KP + 4];         // the chunk's k^ (0) and q^ (1), zero past K; rows offset by 4 banks
   float v[C][kRows];             // v of the block's rows
-  float dots[kRows][2 * C + 4];  // per row: W k_u (then y_u), then W q_u
-  float d[kRows][C + 4];
+  float dots[kRows][2 * C + 4];  // tree chunks, per row: W k_u (then y_u), then W q_u
+  float kq[C];                   // the step's tokens: k^ . q^
   deferred::ChunkCoefs cf;
   deferred::ChunkPlan plan;
   int64_t rows[C];         // replay: the log rows of the next entries (-1: the replay ends)
   int32_t par[kParCache];  // tree: the first tokens' parents (outside [0, t): -1)
-  bool more;
+  bool more, chain;        // tokens follow the chunk; it runs as a chain (chain_chunk)
 };
 
 // kPiece staged floats (16-byte aligned) into registers.
@@ -104,14 +106,70 @@ __device__ __forceinline__ F* log_entry(F* log, int64_t rs, const DeferredParams
   return log + slot * rs + (row * p.HV + hv) * static_cast<int64_t>(p.K + p.V + 2);
 }
 
-// One staged chunk through W (docs at the top): the coefficients, W k_u and W q_u per row, the rows'
-// solution (outputs of emitted nodes at token rows tok0 + node), the advance. Starts after the
-// barrier that follows the staging; ends with warp-local work (the caller's next barrier guards the
-// shared memory).
+// One staged chain through W, a token at a time (node u's parent is node u - 1, node 0's is W's
+// node): per row, the lane's partial sums of W k^ and (kOut) W q^ reduce-scattered together over
+// the row's lanes, then
+//     y = beta (v - dec W k^),  o = dec W q^ + y (k^ . q^),  W <- dec W + y k^
+// with y from the lane holding the row's W k^, sent to the row's other lanes, and o written for
+// emitted nodes (token rows tok0 + node) by the lane holding W q^. Starts after the barrier that
+// follows the staging; warp-local (the caller's next barrier guards the shared memory).
+template <bool kOut, typename TAct, typename Tr, int KP>
+__device__ __forceinline__ void chain_chunk(const DeferredParams& p, const DeferredSmem<KP, Tr::kRows>& sm,
+                                            float (&w)[Tr::kRowsPerLane][Tr::kEPL], int64_t tok0, int hv, int v0) {
+  constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = Tr::kEPL, kPiece = Tr::kPiece;
+  constexpr int kSums = kOut ? 2 * R : R, kSpan = L / kSums;  // sums of a lane group, lanes holding each
+  static_assert(kSums <= L && (kSums & (kSums - 1)) == 0, "one reduce-scatter over the row's lanes");
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, ln = lane % L;
+  const int lrow0 = warp * Tr::kRowsPerWarp + lane / L;
+  const int mine = ln / kSpan, jm = mine % R, lr = lrow0 + jm * G;  // the sum this lane holds, its row
+  const bool writes = kOut && mine >= R && ln % kSpan == 0 && v0 + lr < p.V;
+  TAct* const o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + v0 + lr;
+  const deferred::ChunkPlan& pl = sm.plan;
+  for (int u = 0; u < pl.n; ++u) {
+    float k[EPL], x[kSums];
+#pragma unroll
+    for (int q = 0; q < kSums; ++q) x[q] = 0.f;
+#pragma unroll
+    for (int c = 0; c < EPL / kPiece; ++c) {
+      const int e0 = piece_elem<KP, EPL, kPiece>(ln, c * kPiece);
+      float(&kc)[kPiece] = *reinterpret_cast<float(*)[kPiece]>(&k[c * kPiece]);
+      float qc[kPiece];
+      load_piece<kPiece>(sm.x[0][u] + e0, kc);
+      if constexpr (kOut) load_piece<kPiece>(sm.x[1][u] + e0, qc);
+#pragma unroll
+      for (int q = 0; q < kPiece; ++q)
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          x[j] += w[j][c * kPiece + q] * kc[q];
+          if constexpr (kOut) x[R + j] += w[j][c * kPiece + q] * qc[q];
+        }
+    }
+    const float sum = scatter_sum<L, kSums>(x, ln);  // W k^ of row jm (mine < R), else W q^
+    const float dec = sm.cf.dec[u];
+    const float ym = sm.cf.beta[u] * (sm.v[u][lr] - dec * sum);
+    float y[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) y[j] = __shfl_sync(0xffffffffu, ym, j * kSpan, L);
+    if (writes && pl.emit[u]) {
+      float yr = y[0];
+#pragma unroll
+      for (int j = 1; j < R; ++j) yr = jm == j ? y[j] : yr;
+      o[(tok0 + pl.node[u]) * p.o_rs] = from_float<TAct>(dec * sum + yr * sm.kq[u]);
+    }
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) w[j][e] = fmaf(y[j], k[e], dec * w[j][e]);
+  }
+}
+
+// One staged chunk with branches (or a path after which W must stay) through the algebra of
+// chunk_plan.h: the coefficients, W k_u and W q_u per row, the rows' solution (outputs of emitted
+// nodes at token rows tok0 + node). W does not move. Starts after the barrier that follows the
+// staging; ends with warp-local work (the caller's next barrier guards the shared memory).
 template <typename TAct, typename Tr, int KP>
-__device__ __forceinline__ void deferred_chunk(const DeferredParams& p, DeferredSmem<KP, Tr::kRows>& sm,
-                                               float (&w)[Tr::kRowsPerLane][Tr::kEPL], bool outputs, int64_t tok0,
-                                               int hv, int v0) {
+__device__ __forceinline__ void tree_chunk(const DeferredParams& p, DeferredSmem<KP, Tr::kRows>& sm,
+                                           const float (&w)[Tr::kRowsPerLane][Tr::kEPL], int64_t tok0, int hv, int v0) {
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = Tr::kEPL, kPiece = Tr::kPiece;
   constexpr int kB = Tr::kBatch, C = deferred::kChunk, kSub = 32 / Tr::kRowsPerWarp;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
@@ -119,21 +177,25 @@ __device__ __forceinline__ void deferred_chunk(const DeferredParams& p, Deferred
   const deferred::ChunkPlan& pl = sm.plan;
   deferred::ChunkCoefs& cf = sm.cf;
   const int n = pl.n;
-  // E, gamma and the key products (a thread each)
+  // E, gamma (a thread each) and the key products, a thread each: Gk of the pairs a < u (the
+  // first n (n - 1) / 2 threads), Gq of the pairs a <= u (the next n (n + 1) / 2), n * n in all
   if (tid < n) deferred::e_row(pl, cf.dec, tid, cf.E[tid]);
   if (tid == C) deferred::gammas(pl, cf.dec, cf.gamma);
-  for (int pi = tid; pi < C * C; pi += Tr::kThreads) {
-    const int a = pi / C, u = pi % C;
-    if (a > u || u >= n) continue;
+  const int nk = n * (n - 1) / 2;
+  for (int pi = tid; pi < n * n; pi += Tr::kThreads) {
+    const bool gk = pi < nk;
+    int a = gk ? pi : pi - nk, u = 0;
+    while (a > u) a -= ++u;  // pair index -> (a, u), a <= u: (0, 0), (0, 1), (1, 1), (0, 2), ...
+    if (gk) ++u;             // Gk: (0, 1), (0, 2), (1, 2), ...
     const bool anc = deferred::is_ancestor(pl, a, u);
-    cf.Gk[a][u] = a < u && anc ? staged_dot<KP>(sm.x[0][a], sm.x[0][u]) : 0.f;
-    cf.Gq[a][u] = outputs && anc ? staged_dot<KP>(sm.x[0][a], sm.x[1][u]) : 0.f;
+    if (gk) cf.Gk[a][u] = anc ? staged_dot<KP>(sm.x[0][a], sm.x[0][u]) : 0.f;
+    else cf.Gq[a][u] = anc ? staged_dot<KP>(sm.x[0][a], sm.x[1][u]) : 0.f;
   }
   __syncthreads();
 
   // T and P (a thread per column), beside W k_u (vectors 0..n-1) and W q_u (n..2n-1), kB at a time
-  if (tid < n) deferred::chunk_column(pl, cf, outputs, tid);
-  const int nv = outputs ? 2 * n : n;
+  if (tid < n) deferred::chunk_column(pl, cf, tid);
+  const int nv = 2 * n;
   for (int b0 = 0; b0 < nv; b0 += kB) {
     float x[kB * R];
 #pragma unroll
@@ -158,46 +220,15 @@ __device__ __forceinline__ void deferred_chunk(const DeferredParams& p, Deferred
   __syncthreads();
 
   // the rows' solution: kSub lanes per row of the warp, nodes u = sub, sub + kSub, ...
-  {
-    const int lr = warp * Tr::kRowsPerWarp + lane / kSub, sub = lane % kSub, vi = v0 + lr;
-    float* const dots = sm.dots[lr];
-    for (int u = sub; u < n; u += kSub) dots[u] = deferred::row_y(cf, u, sm.v[u][lr], dots[u]);
-    __syncwarp();
-    TAct* const o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + vi;
-    auto y = [&](int i) { return dots[i]; };
-    for (int u = sub; u < n; u += kSub) {
-      sm.d[lr][u] = deferred::row_d(cf, u, y);
-      if (outputs && pl.emit[u] && vi < p.V)
-        o[(tok0 + pl.node[u]) * p.o_rs] = from_float<TAct>(deferred::row_o(cf, u, dots[n + u], y));
-    }
-  }
+  const int lr = warp * Tr::kRowsPerWarp + lane / kSub, sub = lane % kSub, vi = v0 + lr;
+  float* const dots = sm.dots[lr];
+  for (int u = sub; u < n; u += kSub) dots[u] = deferred::row_y(cf, u, sm.v[u][lr], dots[u]);
   __syncwarp();
-
-  // W <- S_m = gamma_m W + sum_u E[u][m] d_u k_u^T
-  if (pl.adv >= 0) {
-    const int m = pl.adv;
-    const float gm = cf.gamma[m];
-#pragma unroll
-    for (int j = 0; j < R; ++j)
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) w[j][e] *= gm;
-    for (int u = 0; u <= m; ++u) {
-      const float em = cf.E[u][m];
-      if (em == 0.f) continue;  // not on m's path
-      float cj[R];
-#pragma unroll
-      for (int j = 0; j < R; ++j) cj[j] = em * sm.d[lrow0 + j * G][u];
-#pragma unroll
-      for (int c = 0; c < EPL / kPiece; ++c) {
-        float xe[kPiece];
-        load_piece<kPiece>(sm.x[0][u] + piece_elem<KP, EPL, kPiece>(ln, c * kPiece), xe);
-#pragma unroll
-        for (int q = 0; q < kPiece; ++q)
-#pragma unroll
-          for (int j = 0; j < R; ++j) w[j][c * kPiece + q] += cj[j] * xe[q];
-      }
-    }
-  }
+  TAct* const o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + vi;
+  auto y = [&](int i) { return dots[i]; };
+  for (int u = sub; u < n; u += kSub)
+    if (pl.emit[u] && vi < p.V)
+      o[(tok0 + pl.node[u]) * p.o_rs] = from_float<TAct>(deferred::row_o(cf, u, dots[n + u], y));
 }
 
 template <typename TAct, typename TState, int KP, bool kDense, bool kSmall>
@@ -253,7 +284,7 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
     }
   }
 
-  // 1. the replay: chains of logged rows (k^, v, g, beta as consumed), W advancing
+  // 1. the replay: chains of logged rows (k^, v, g, beta as consumed) through W (chain_chunk)
   int64_t j0 = 0;
   for (bool more = n_rep > 0; more;) {
     if (tid < C) {
@@ -284,12 +315,11 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
     }
     if (tid < n) {
       const float* e = log_entry(p.log_in, p.log_in_rs, p, slot, sm.plan.node[tid], hv);
-      sm.cf.g[tid] = e[K + V];
       sm.cf.dec[tid] = expf(e[K + V]);
       sm.cf.beta[tid] = e[K + V + 1];
     }
     __syncthreads();
-    deferred_chunk<TAct, Tr, KP>(p, sm, w, false, 0, hv, v0);
+    chain_chunk<false, TAct, Tr, KP>(p, sm, w, 0, hv, v0);
   }
 
   // 2. the one state write: the replayed state, before a verify step's tokens (or a sequence of none)
@@ -315,11 +345,13 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
         deferred::plan_chain_chunk(tr.len, !p.log_tokens, cur, sm.plan);
       }
       sm.more = cur.next < tr.len;
+      sm.chain = deferred::runs_as_chain(sm.plan, !sm.more && commit_before);  // W unused after the last
     }
     __syncthreads();
     const deferred::ChunkPlan& pl = sm.plan;
     const int n = pl.n;
     more = sm.more;
+    const bool chain = sm.chain;
     if (pl.reset) load_w(true);  // the committed state, stored above by these threads
     // k^ and q^ (a warp per token: its norms once), the gates, v of the block's rows
     constexpr int kPer = (KP + 31) / 32;
@@ -327,7 +359,7 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
       const int64_t row = tr.begin + pl.node[u];
       const TAct* q = q_row<TAct>(p, row, h);
       const TAct* k = k_row<TAct>(p, row, h);
-      float qv[kPer], kv[kPer], qq = 0.f, kk = 0.f;
+      float qv[kPer], kv[kPer], qq = 0.f, kk = 0.f, kq = 0.f;
 #pragma unroll
       for (int e = 0; e < kPer; ++e) {
         const int c = lane + 32 * e;
@@ -344,11 +376,15 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
       for (int e = 0; e < kPer; ++e) {
         const int c = lane + 32 * e;
         if (c < KP) {
-          sm.x[0][u][c] = kv[e] * kn;
-          sm.x[1][u][c] = qv[e] * qn;
+          const float kh = kv[e] * kn, qh = qv[e] * qn;
+          sm.x[0][u][c] = kh;
+          sm.x[1][u][c] = qh;
+          kq += kh * qh;
         }
       }
+      kq = group_sum<32>(kq);  // the same order in every block: the same bits
       if (lane == 0) {
+        sm.kq[u] = kq;
         const GateValues gv = gate_values(p.gates, p.a(row * p.src.a_rs + hv), p.b(row * p.src.b_rs + hv), A, dtb);
         sm.cf.g[u] = gv.g;
         sm.cf.dec[u] = expf(gv.g);
@@ -376,7 +412,8 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
         log_entry(p.log_out, p.log_out_rs, p, slot, pl.node[u], hv)[K + v0 + r] = sm.v[u][r];
       }
     }
-    deferred_chunk<TAct, Tr, KP>(p, sm, w, true, tr.begin, hv, v0);
+    if (chain) chain_chunk<true, TAct, Tr, KP>(p, sm, w, tr.begin, hv, v0);
+    else tree_chunk<TAct, Tr, KP>(p, sm, w, tr.begin, hv, v0);
   }
 
   // 2'. the one state write of a step whose tokens are all accepted (log_tokens false): after them
