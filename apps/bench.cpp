@@ -184,9 +184,9 @@ Result run_prefill(const Case& k, int replays, cuda::plan::Override force) {
   const int64_t N = k.N, T = k.T, rows = N * T;
   const DType act = DType::kBFloat16;
   const size_t slot_bytes = m.HV * m.V * m.K * dtype_size(k.state);
-  DevBuf pool(N * slot_bytes), q(rows * m.H * m.K * 2), kk(rows * m.H * m.K * 2), v(rows * m.HV * m.V * 2),
-      a(rows * m.HV * 2), b(rows * m.HV * 2), o(rows * m.HV * m.V * 2), A_log(m.HV * 4), dt_bias(m.HV * 2);
-  for (DevBuf* x : {&q, &kk, &v, &a, &b, &dt_bias}) fill(*x, act);
+  DevBuf pool(N * slot_bytes), A_log(m.HV * 4), dt_bias(m.HV * 2);
+  TokenBufs tok(m, rows, act);
+  fill(dt_bias, act);
   fill(A_log, DType::kFloat32);
   fill(pool, k.state);
   std::vector<int32_t> qsl(N + 1), slots(N);
@@ -196,17 +196,10 @@ Result run_prefill(const Case& k, int replays, cuda::plan::Override force) {
   BENCH_CHECK(cudaMemcpy(d_qsl.p, qsl.data(), qsl.size() * 4, cudaMemcpyHostToDevice));
   BENCH_CHECK(cudaMemcpy(d_slots.p, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
   GatedDeltaRuleArgs g;
-  g.q = dev_view(q.p, act, {rows, m.H, m.K});
-  g.k = dev_view(kk.p, act, {rows, m.H, m.K});
-  g.v = dev_view(v.p, act, {rows, m.HV, m.V});
-  g.a = dev_view(a.p, act, {rows, m.HV});
-  g.b = dev_view(b.p, act, {rows, m.HV});
-  g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
-  g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
+  tok.into(g, m, rows, act, A_log, dt_bias);
   g.ssm_state = dev_view(pool.p, k.state, {N, m.HV, m.V, m.K});
   g.query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
   g.state_indices = dev_view(d_slots.p, DType::kInt32, {N});
-  g.o = dev_view(o.p, act, {rows, m.HV, m.V});
   Result res;
   res.bytes = 2.0 * N * slot_bytes + rows * 2.0 * (2 * m.H * m.K + 2 * m.HV * m.V + 2 * m.HV);
   if (k.op == "attention_prefill") {  // the same prefill through gdn_attention (projections, conv, pools, z)
