@@ -15,8 +15,10 @@
 //     k, v, a, b, stage_chunk; gdn_attention: q, k, v from conv_rows.cu's buffer), so that the producers,
 //     the longer chain, never wait for a load (the consumers stage chunks 0 and 1 first).
 // Split form (ChunkParams::prep, chunk_split.cuh): the prep kernel has written every chunk's
-// producer results beforehand; the producers load chunk c + 2's records and raw q, k into the
-// buffer the consumers released, and the chain per chunk is the consumers' alone.
+// producer results beforehand; the producers issue the loads of a chunk's records and raw q, k
+// into the buffer the consumers released (three buffers, SplitLayout) and hand over the chunk two
+// issues later, so that two chunks' loads are in flight while the consumers work; the chain per
+// chunk is the consumers' alone.
 // The l2 norms, beta and the decays are row and column scalings in float32 of products of the raw
 // 16-bit inputs (no normalised copy is stored). T is never formed: producer warp b inverts the
 // 16 x 16 diagonal block D_b = (I + L_bb)^-1 (float32 forward substitution) and forms
@@ -29,63 +31,59 @@
 
 namespace gdn::cuda::chunk {
 
-template <typename TAct, typename TState, int VS>
-__global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p) {
-  using L = Layout<VS>;
-  constexpr int kLdV = L::kLdV, kNV = VS / 8;  // value n-tiles of 8 columns
+// The chunks of one (value slice, value head, sequence) block, after the padding checks: layout L
+// (Layout, or SplitLayout where kSplit: the producers load the prep kernel's records).
+template <typename TAct, typename TState, typename L, bool kSplit>
+__device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* smem, const SeqInfo& si, int h, int hv,
+                                           int v0, TAct* o) {
+  constexpr int VS = L::kVS, kLdV = L::kLdV, kNV = VS / 8, kB = L::kBufs;  // kNV: value n-tiles of 8 columns
   static_assert(VS % 16 == 0, "pairs of value n-tiles");
-  extern __shared__ __align__(16) unsigned char smem[];
   TAct* s16 = reinterpret_cast<TAct*>(smem);
   float* sf = reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2);
-
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int v0 = blockIdx.x * VS, hv = blockIdx.y, h = hv / p.r;
-  pdl_start();
-  const SeqInfo si = resolve_seq(p, p.group[0], blockIdx.z, p.fused);
   const int64_t len = si.tr.len, lt_begin = si.tr.begin;
-  if (len == 0) return;
-  const bool ordered = (p.fused || p.prep) ? ordered_offsets(p.group[0]) : true;
-  // fused: short sequences, and every sequence of a batch whose offsets decrease, are the step's
-  if (p.fused && (len < p.chunk_from || !ordered)) return;
-  const bool split = p.prep != nullptr && ordered;  // the prep kernel's records (chunk_split.cuh)
-  TAct* o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + v0;
-  bool pad = si.pad;
-  if (p.fused) {  // a token outside the buffer makes its sequence padding
-    bool bad = false;
-    for (int64_t t = tid; t < len; t += kThreads) bad |= global_row(p.group[0], lt_begin + t, p.src.num_actual_tokens) < 0;
-    pad = __syncthreads_or(bad) || pad;
-  }
-  if (pad) {  // padding: zero outputs, no state read or written
-    for (int64_t e = tid; e < len * (VS / 8); e += kThreads) {
-      const int64_t r = p.fused ? global_row(p.group[0], lt_begin + e / (VS / 8), p.src.num_actual_tokens)
-                                : lt_begin + e / (VS / 8);
-      if (r >= 0) *reinterpret_cast<uint4*>(o + r * p.o_rs + (e % (VS / 8)) * 8) = make_uint4(0, 0, 0, 0);
-    }
-    return;
-  }
   const int64_t nchunks = (len + kC - 1) / kC;
   auto chunk_len = [&](int64_t ci) { return static_cast<int>(len - ci * kC < kC ? len - ci * kC : kC); };
+  auto buf_of = [](int64_t ci) { return static_cast<int>(static_cast<uint64_t>(ci) % kB); };
   const ChunkSrc<TAct> src = chunk_src<TAct>(p, h, hv, v0);
 
   if (warp < 4) {  // producers
-    float A, dtb;
-    head_decay(p, p.gates, hv, A, dtb);
-    for (int64_t ci = 0; ci < nchunks; ++ci) {
-      const int buf = static_cast<int>(ci & 1);
-      mma::bar_sync(kEmpty + buf, kThreads);  // the consumers staged chunk ci into buf (split: released buf)
-      if (split) load_chunk<TAct, L>(p, src, smem, buf, lt_begin + ci * kC, chunk_len(ci), hv, v0, tid);
-      else prep_chunk<TAct, L>(p, smem, buf, chunk_len(ci), A, dtb, warp, lane, tid);
-      mma::bar_arrive(kFull + buf, kThreads);
+    if constexpr (kSplit) {
+      // Iteration ci: chunk ci's loads issued into the buffer the consumers released, then chunk
+      // ci - kLag, whose loads have landed by then, handed to the consumers: kLag chunks in flight.
+      constexpr int kLag = kB - 1;
+      for (int64_t ci = 0; ci < nchunks + kLag; ++ci) {
+        if (ci < nchunks) {
+          mma::bar_sync(kEmpty + buf_of(ci), kThreads);
+          issue_chunk<TAct, L>(p, src, smem, buf_of(ci), lt_begin + ci * kC, chunk_len(ci), hv, v0, tid);
+        } else {
+          mma::cp_async_commit();  // an empty group: the count of groups in flight stays kLag
+        }
+        const int64_t cj = ci - kLag;
+        if (cj >= 0) {
+          mma::cp_async_wait<kLag>();
+          finish_chunk<L>(smem, buf_of(cj), chunk_len(cj), tid);
+          mma::bar_arrive(kFull + buf_of(cj), kThreads);
+        }
+      }
+    } else {
+      float A, dtb;
+      head_decay(p, p.gates, hv, A, dtb);
+      for (int64_t ci = 0; ci < nchunks; ++ci) {
+        const int buf = buf_of(ci);
+        mma::bar_sync(kEmpty + buf, kThreads);  // the consumers staged chunk ci into buf
+        prep_chunk<TAct, L>(p, smem, buf, chunk_len(ci), A, dtb, warp, lane, tid);
+        mma::bar_arrive(kFull + buf, kThreads);
+      }
     }
     return;
   }
-  // Consumers: chunk ci's inputs into buffer ci & 1, for the producers (split: the producers load
+  // Consumers: chunk ci's inputs into buffer buf_of(ci), for the producers (split: the producers load
   // it, the consumers only release the buffer).
   auto stage = [&](int64_t ci) {
-    if (!split)
-      stage_chunk<TAct, L>(p, src, smem, static_cast<int>(ci & 1), lt_begin + ci * kC, chunk_len(ci),
-                           tid - kGroupThreads, kCons);
-    mma::bar_arrive(kEmpty + (ci & 1), kThreads);
+    if constexpr (!kSplit)
+      stage_chunk<TAct, L>(p, src, smem, buf_of(ci), lt_begin + ci * kC, chunk_len(ci), tid - kGroupThreads, kCons);
+    mma::bar_arrive(kEmpty + buf_of(ci), kThreads);
   };
 
   // Consumers: warp w owns token rows 16 w.. of a chunk and rows 32 w.. of H.
@@ -120,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
 
   // Chunk ci: delta, o and the state update.
   auto consume = [&](int64_t ci) {
-    const int buf = static_cast<int>(ci & 1), n = chunk_len(ci);
+    const int buf = buf_of(ci), n = chunk_len(ci);
     const TAct* cqp = s16 + L::kQ + buf * kC * kLdK;
     const TAct* ckp = s16 + L::kKr + buf * kC * kLdK;
     const TAct* sW = s16 + L::kW + buf * kC * kLdK;
@@ -129,7 +127,6 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
     const ChunkVecs cv = chunk_vecs(sf + L::kVec, buf);
     const int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
     mma::bar_sync(kFull + buf, kThreads);  // the chunk's inputs, and every consumer's H copy
-
     // delta = U - W H and the inter-chunk output q^ H (scaled by exp(G) below), this warp's rows.
     const int ri = 16 * w + gq;  // rows ri and ri + 8
     float accd[kNV][4], acco[kNV][4];
@@ -230,12 +227,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
     }
     store_h16();
   };
-  // Iteration ci: chunk ci (from 0), then chunk ci + 2's inputs into its buffer.
-  for (int64_t ci = -2; ci < nchunks; ++ci) {
+  // Iteration ci: chunk ci (from 0), then chunk ci + kB's inputs into its buffer (the non-split form's
+  // consumers write the buffer, so first every consumer's reads of it must be done; the split form's
+  // only release it, each after its own reads).
+  for (int64_t ci = -kB; ci < nchunks; ++ci) {
     if (ci >= 0) consume(ci);
-    if (ci + 2 < nchunks) {
-      if (ci >= 0) mma::bar_sync(kCons, kGroupThreads);  // every consumer's reads of the buffer are done
-      stage(ci + 2);
+    if (ci + kB < nchunks) {
+      if (!kSplit && ci >= 0) mma::bar_sync(kCons, kGroupThreads);
+      stage(ci + kB);
     }
   }
 
@@ -249,6 +248,44 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
         const int kr = 32 * w + 16 * mt + gq + 8 * (e >> 1), vc = 8 * nt + cq + (e & 1);
         st[state_at(kr, vc)] = from_float<TState>(hacc[mt][nt][e]);
       }
+}
+
+// kSplit: the split form's instance (VS = 32, bfloat16; ChunkParams::prep set); a batch whose offsets
+// decrease (the prep kernel wrote nothing) runs the producers' form in the same shared memory.
+template <typename TAct, typename TState, int VS, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = threadIdx.x;
+  const int v0 = blockIdx.x * VS, hv = blockIdx.y, h = hv / p.r;
+  pdl_start();
+  const SeqInfo si = resolve_seq(p, p.group[0], blockIdx.z, p.fused);
+  const int64_t len = si.tr.len, lt_begin = si.tr.begin;
+  if (len == 0) return;
+  const bool ordered = (p.fused || kSplit) ? ordered_offsets(p.group[0]) : true;
+  // fused: short sequences, and every sequence of a batch whose offsets decrease, are the step's
+  if (p.fused && (len < p.chunk_from || !ordered)) return;
+  TAct* o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + v0;
+  bool pad = si.pad;
+  if (p.fused) {  // a token outside the buffer makes its sequence padding
+    bool bad = false;
+    for (int64_t t = tid; t < len; t += kThreads) bad |= global_row(p.group[0], lt_begin + t, p.src.num_actual_tokens) < 0;
+    pad = __syncthreads_or(bad) || pad;
+  }
+  if (pad) {  // padding: zero outputs, no state read or written
+    for (int64_t e = tid; e < len * (VS / 8); e += kThreads) {
+      const int64_t r = p.fused ? global_row(p.group[0], lt_begin + e / (VS / 8), p.src.num_actual_tokens)
+                                : lt_begin + e / (VS / 8);
+      if (r >= 0) *reinterpret_cast<uint4*>(o + r * p.o_rs + (e % (VS / 8)) * 8) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  if constexpr (kSplit) {
+    if (ordered) {
+      run_chunks<TAct, TState, SplitLayout<VS>, true>(p, smem, si, h, hv, v0, o);
+      return;
+    }
+  }
+  run_chunks<TAct, TState, Layout<VS>, false>(p, smem, si, h, hv, v0, o);
 }
 
 }  // namespace gdn::cuda::chunk

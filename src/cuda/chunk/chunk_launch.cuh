@@ -1,16 +1,25 @@
 // src/cuda/chunk/chunk_launch.cuh — the chunk kernel's launcher, instantiated per activation dtype in
 // chunk_bf16.cu and chunk_f16.cu.
 #pragma once
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/chunk/chunk.cuh"
 
 namespace gdn::cuda {
 
-template <typename TAct, typename TState, int VS>
+// The chunk kernel's shared memory: its layout's, and for the split form's instance the larger of
+// SplitLayout and Layout (a batch whose offsets decrease runs the producers' form there).
+template <int VS, bool kSplit>
+constexpr size_t chunk_kernel_bytes() {
+  if constexpr (kSplit) return std::max(chunk::SplitLayout<VS>::kBytes, chunk::Layout<VS>::kBytes);
+  else return chunk::Layout<VS>::kBytes;
+}
+
+template <typename TAct, typename TState, int VS, bool kSplit>
 Status launch_chunk_vs(const ChunkParams& p, cudaStream_t stream) {
-  constexpr size_t kBytes = chunk::Layout<VS>::kBytes;
-  auto kernel = chunk::chunk_kernel<TAct, TState, VS>;
+  constexpr size_t kBytes = chunk_kernel_bytes<VS, kSplit>();
+  auto kernel = chunk::chunk_kernel<TAct, TState, VS, kSplit>;
   GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
   const dim3 grid(static_cast<unsigned>(p.V / VS), static_cast<unsigned>(p.HV), static_cast<unsigned>(p.group[0].n));
   return Launch(grid, dim3(chunk::kThreads), kBytes, stream)(kernel, p);
@@ -30,13 +39,14 @@ Status launch_chunk_prep(const ChunkParams& p, cudaStream_t stream) {
 template <typename TAct, typename TState>
 Status launch_chunk(const ChunkParams& p, cudaStream_t stream) {
   if (p.group[0].n == 0) return Status::Ok();
-  if constexpr (std::is_same_v<TAct, __nv_bfloat16>) {  // the split form: bfloat16 (chunk_prep_ok)
+  if constexpr (std::is_same_v<TAct, __nv_bfloat16>) {  // the split form: bfloat16, 32 columns (chunk_prep_ok)
     if (p.prep) {
       const Status st = p.V == 128 ? launch_chunk_prep<TAct, 128>(p, stream) : launch_chunk_prep<TAct, 64>(p, stream);
       if (!st.ok()) return st;
+      return launch_chunk_vs<TAct, TState, 32, true>(p, stream);
     }
   }
-  return p.vs == 64 ? launch_chunk_vs<TAct, TState, 64>(p, stream) : launch_chunk_vs<TAct, TState, 32>(p, stream);
+  return p.vs == 64 ? launch_chunk_vs<TAct, TState, 64, false>(p, stream) : launch_chunk_vs<TAct, TState, 32, false>(p, stream);
 }
 
 }  // namespace gdn::cuda

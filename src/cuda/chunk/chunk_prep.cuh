@@ -14,7 +14,7 @@ __device__ __forceinline__ int64_t* chunk_rows(unsigned char* smem, size_t rows_
 }
 
 // cp.async of the chunk's n rows of q and k (local tokens lt0..; zeros past n) into buffer buf's raw
-// q and k tiles, by the 128 threads gt of one group (stage_chunk; the split form's load_chunk).
+// q and k tiles, by the 128 threads gt of one group (stage_chunk; the split form's issue_chunk).
 template <typename TAct, typename L>
 __device__ __forceinline__ void stage_qk(const ChunkSrc<TAct>& src, TAct* s16, int buf, int64_t lt0, int n, int gt) {
   TAct* dq = s16 + L::kQ + buf * kC * kLdK;

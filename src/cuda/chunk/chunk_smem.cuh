@@ -11,9 +11,9 @@ constexpr int kGroupThreads = 128, kThreads = 2 * kGroupThreads;  // producer wa
 constexpr int kLdK = kK + 8;  // row stride (elements) of the q, k and W tiles: conflict-free ldmatrix
 constexpr int kLdL = kC + 8;  // of the 16-bit L and P
 constexpr int kLdB = 16 + 8;  // of the 16 x 16 blocks D and M
-// Named barriers: a buffer's inputs are ready (kFull + buf) / consumed (kEmpty + buf), both groups;
-// within the producer group, within the consumer group.
-constexpr int kFull = 1, kEmpty = 3, kProd = 5, kCons = 6;
+// Named barriers: a buffer's inputs are ready (kFull + buf) / consumed (kEmpty + buf), both groups
+// (up to three buffers); within the producer group, within the consumer group.
+constexpr int kFull = 1, kEmpty = 4, kProd = 7, kCons = 8;
 
 // Shared memory: 16-bit tiles (element offsets), then floats. kBufs: one buffer per chunk in
 // flight. The main kernel: two buffers and the consumers' tiles. The prep kernel (kPrep: one chunk,
@@ -43,6 +43,31 @@ struct Layout {
   static constexpr int kVec = kLd + 4 * 16 * 17;          // [kBufs][4][kC]: G (cumulative log decay), beta, scale / |q|, 1 / |k|
   static constexpr int kF = kVec + kBufs * 4 * kC;
   // int64 after the floats (fused): [kBufs][kC] the chunk tokens' global rows
+  static constexpr size_t kRowsAt = static_cast<size_t>(k16) * 2 + static_cast<size_t>(kF) * 4;
+  static constexpr size_t kBytes = kRowsAt + kBufs * kC * sizeof(int64_t);
+  static_assert(kBytes <= 232448, "fits the opt-in shared memory of sm_90");
+  static_assert(k16 % 8 == 0 && kRowsAt % 8 == 0, "the float area starts 16-byte aligned, the rows 8-byte aligned");
+};
+
+// The split form's (chunk_split.cuh): three buffers of what the producers load (raw q and k, the
+// records' W, U's columns of the block and P) and the consumers' tiles; the producers compute
+// nothing, so no tiles of theirs. Same member names as Layout for the code both forms share.
+template <int VS>
+struct SplitLayout {
+  static constexpr int kVS = VS, kBufs = 3;
+  static constexpr int kLdV = VS + 8;
+  static constexpr int kQ = 0;                            // [kBufs][kC][kLdK] raw q
+  static constexpr int kKr = kQ + kBufs * kC * kLdK;      // [kBufs][kC][kLdK] raw k
+  static constexpr int kW = kKr + kBufs * kC * kLdK;      // [kBufs][kC][kLdK] W
+  static constexpr int kU = kW + kBufs * kC * kLdK;       // [kBufs][kC][kLdV] U
+  static constexpr int kP = kU + kBufs * kC * kLdV;       // [kBufs][kC][kLdL] P
+  static constexpr int kDel = kP + kBufs * kC * kLdL;     // [kC][kLdV] delta
+  static constexpr int kDd = kDel + kC * kLdV;            // [kC][kLdV] diag(exp(G_last - G) / |k|) delta
+  static constexpr int kS = kDd + kC * kLdV;              // [kK][kLdV] H, 16-bit
+  static constexpr int k16 = kS + kK * kLdV;
+  static constexpr int kVec = 0;                          // [kBufs][4][kC]: G, beta, scale / |q|, 1 / |k|
+  static constexpr int kRecF = kVec + kBufs * 4 * kC;     // [kBufs][kC][4] the records' floats, as loaded
+  static constexpr int kF = kRecF + kBufs * kC * 4;
   static constexpr size_t kRowsAt = static_cast<size_t>(k16) * 2 + static_cast<size_t>(kF) * 4;
   static constexpr size_t kBytes = kRowsAt + kBufs * kC * sizeof(int64_t);
   static_assert(kBytes <= 232448, "fits the opt-in shared memory of sm_90");

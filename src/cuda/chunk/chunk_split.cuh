@@ -50,12 +50,12 @@ __device__ __forceinline__ void load_records(TAct* dst, int ld, const char* rec,
   }
 }
 
-// Split form, the producer group (128 threads gt): chunk ci's raw q and k and its records (the
-// block's value columns of U) into buffer buf, as prep_chunk would have left it for the consumers;
-// rows past n zero, their decay the last token's (as the producers' gates give them).
+// Split form, the producer group (128 threads gt): the cp.async of chunk ci's raw q and k and its
+// records (the block's value columns of U; the floats as loaded, kRecF) into buffer buf, committed
+// as one group; zeros past n. finish_chunk completes the buffer once the group has landed.
 template <typename TAct, typename L>
-__device__ __forceinline__ void load_chunk(const ChunkParams& p, const ChunkSrc<TAct>& src, unsigned char* smem,
-                                           int buf, int64_t lt0, int n, int hv, int v0, int gt) {
+__device__ __forceinline__ void issue_chunk(const ChunkParams& p, const ChunkSrc<TAct>& src, unsigned char* smem,
+                                            int buf, int64_t lt0, int n, int hv, int v0, int gt) {
   constexpr int VS = L::kVS;
   TAct* s16 = reinterpret_cast<TAct*>(smem);
   int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
@@ -66,20 +66,26 @@ __device__ __forceinline__ void load_chunk(const ChunkParams& p, const ChunkSrc<
   load_records<kK / 8>(s16 + L::kW + buf * kC * kLdK, kLdK, rec, rb, 0, n, gt);                // W
   load_records<VS / 8>(s16 + L::kU + buf * kC * L::kLdV, L::kLdV, rec, rb, kK + v0, n, gt);  // U's columns
   load_records<kC / 8>(s16 + L::kP + buf * kC * kLdL, kLdL, rec, rb, kK + p.V, n, gt);       // P
-  mma::cp_async_commit();
-  float4 f = make_float4(0.f, 0.f, 0.f, 0.f);  // the floats after the 16-bit rows
-  if (gt < n) f = *reinterpret_cast<const float4*>(rec + gt * rb + (kK + p.V + kC) * sizeof(TAct));
-  mma::cp_async_wait_all();
-  const ChunkVecs cv = chunk_vecs(reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2) + L::kVec, buf);
-  if (gt < n) {
-    cv.G[gt] = f.x;
-    cv.nq[gt] = f.y;
-    cv.nk[gt] = f.z;
+  if (gt < kC) {  // the floats after the 16-bit rows
+    float* f = reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2) + L::kRecF + (buf * kC + gt) * 4;
+    mma::cp_async16(f, rec + (gt < n ? gt : 0) * rb + (kK + p.V + kC) * sizeof(TAct), gt < n);
   }
-  mma::bar_sync(kProd, kGroupThreads);  // G[n - 1]
-  if (gt >= n && gt < kC) {
-    cv.G[gt] = cv.G[n - 1];
-    cv.nq[gt] = cv.nk[gt] = 0.f;
+  mma::cp_async_commit();
+}
+
+// The chunk's vectors from its loaded floats, once every producer thread's group of the chunk has
+// landed (the caller waited for its own): rows past n zero, their decay the last token's (as the
+// producers' gates give them).
+template <typename L>
+__device__ __forceinline__ void finish_chunk(unsigned char* smem, int buf, int n, int gt) {
+  mma::bar_sync(kProd, kGroupThreads);  // every thread's copies of the chunk
+  float* sf = reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2);
+  if (gt < kC) {
+    const float4 f = *reinterpret_cast<const float4*>(sf + L::kRecF + (buf * kC + (gt < n ? gt : n - 1)) * 4);
+    const ChunkVecs cv = chunk_vecs(sf + L::kVec, buf);
+    cv.G[gt] = f.x;
+    cv.nq[gt] = gt < n ? f.y : 0.f;
+    cv.nk[gt] = gt < n ? f.z : 0.f;
   }
 }
 
