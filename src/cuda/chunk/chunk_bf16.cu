@@ -5,8 +5,8 @@ namespace gdn::cuda {
 size_t chunk_smem_bytes(int vs) { return vs == 64 ? chunk::Layout<64>::kBytes : chunk::Layout<32>::kBytes; }
 bool chunk_prep_ok(DType act, int64_t V, size_t smem_optin) {
   return act == DType::kBFloat16 && smem_optin >= chunk_kernel_bytes<32, true>() &&
-         ((V == 64 && smem_optin >= chunk::Layout<64, true>::kBytes) ||
-          (V == 128 && smem_optin >= chunk::Layout<128, true>::kBytes));
+         ((V == 64 && smem_optin >= chunk::PrepLayout<64>::kBytes) ||
+          (V == 128 && smem_optin >= chunk::PrepLayout<128>::kBytes));
 }
 template Status launch_chunk<__nv_bfloat16, float>(const ChunkParams&, cudaStream_t);
 template Status launch_chunk<__nv_bfloat16, __nv_bfloat16>(const ChunkParams&, cudaStream_t);

@@ -28,7 +28,7 @@ Status launch_chunk_vs(const ChunkParams& p, cudaStream_t stream) {
 // The split form's prep kernel, for value heads of V columns.
 template <typename TAct, int V>
 Status launch_chunk_prep(const ChunkParams& p, cudaStream_t stream) {
-  constexpr size_t kBytes = chunk::Layout<V, true>::kBytes;
+  constexpr size_t kBytes = chunk::PrepLayout<V>::kBytes;
   auto kernel = chunk::chunk_prep_kernel<TAct, V>;
   GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
   const GroupMeta& g = p.group[0];

@@ -4,9 +4,19 @@
 // (q k^T and k k^T with decays and scalings), the diagonal blocks D_b = (I + L_bb)^-1 and
 // M_bm = -D_b L_bm, and [W | U] by block forward substitution (chunk.cuh says the math).
 #pragma once
+#include <type_traits>
+
 #include "cuda/chunk/chunk_smem.cuh"
 
 namespace gdn::cuda::chunk {
+
+// Whether layout L puts the chunk's results over its raw inputs (L::kOverlay, chunk_prep_layout.cuh):
+// then prep_chunk holds the P/L pass's results in registers until every warp has read q and k, and
+// stores L's blocks below the diagonal compactly (as M).
+template <typename L, typename = void>
+struct Overlaid : std::false_type {};
+template <typename L>
+struct Overlaid<L, std::void_t<decltype(L::kOverlay)>> : std::bool_constant<L::kOverlay> {};
 
 // Fused: the global rows of buffer buf's chunk tokens, as staged (a, b and the outputs).
 __device__ __forceinline__ int64_t* chunk_rows(unsigned char* smem, size_t rows_at, int buf) {
@@ -130,7 +140,10 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
   }
   mma::bar_sync(kProd, kGroupThreads);
 
-  // P and L tiles (16 x 16, column block m <= row block b) of this warp.
+  // P and L tiles (16 x 16, column block m <= row block b) of this warp. Overlaid, P and L's blocks
+  // below the diagonal (over q) wait in registers (16-bit pairs, index 2 r + half) for the barrier.
+  constexpr bool kOver = Overlaid<L>::value;
+  uint32_t hp[3][4], hl[3][4];
 #pragma unroll
   for (int s = 0; s < 3; ++s) {
     const int code = kTiles[w][s];
@@ -163,9 +176,11 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
           lv[e] = j < i ? accL[half][2 * r + e] * lki * dec : 0.f;
         }
         const int j0 = 16 * m + 8 * half + cq2;
-        st2(sP + i * kLdL + j0, pv[0], pv[1]);
+        if constexpr (kOver) hp[s][2 * r + half] = mma::pack2<TAct>(pv[0], pv[1]);
+        else st2(sP + i * kLdL + j0, pv[0], pv[1]);
         if (m < b) {
-          st2(sLb + i * kLdL + j0, lv[0], lv[1]);
+          if constexpr (kOver) hl[s][2 * r + half] = mma::pack2<TAct>(lv[0], lv[1]);
+          else st2(sLb + i * kLdL + j0, lv[0], lv[1]);
         } else {
           float* d = sLd + b * 16 * 17 + (i - 16 * b) * 17 + (j0 - 16 * b);
           d[0] = lv[0];
@@ -175,6 +190,23 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
     }
   }
   mma::bar_sync(kProd, kGroupThreads);
+  if constexpr (kOver) {  // every warp's reads of q and k are done
+#pragma unroll
+    for (int s = 0; s < 3; ++s) {
+      const int code = kTiles[w][s];
+      if (code < 0) break;
+      const int b = code >> 2, m = code & 3;
+      TAct* lb = sLb + (b * (b - 1) / 2 + m) * 16 * kLdB;
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 16 * b + gq + 8 * r, j0 = 16 * m + 8 * half + cq2;
+          *reinterpret_cast<uint32_t*>(sP + i * kLdL + j0) = hp[s][2 * r + half];
+          if (m < b) *reinterpret_cast<uint32_t*>(lb + (gq + 8 * r) * kLdB + 8 * half + cq2) = hl[s][2 * r + half];
+        }
+    }
+  }
 
   // D_w = (I + L_ww)^-1 by forward substitution, column c per lane (lanes 16-31 repeat 0-15), and its
   // scaled forms; then M_wm = -D_w L_wm for m < w.
@@ -203,7 +235,8 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
       }
     }
   }
-  __syncwarp();
+  if constexpr (kOver) mma::bar_sync(kProd, kGroupThreads);  // L's blocks below the diagonal
+  else __syncwarp();
   if (w > 0) {
     uint32_t ad[4];
     mma::ldsm4(ad, mma::a_tile(sDn + w * 16 * kLdB, kLdB, 0, 0, lane));
@@ -211,7 +244,8 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
     for (int m = 0; m < 3; ++m)
       if (m < w) {
         uint32_t b[4];
-        mma::ldsm4_t(b, mma::b_pair(sLb, kLdL, 16 * w, 16 * m, lane));
+        if constexpr (kOver) mma::ldsm4_t(b, mma::b_pair(sLb + (w * (w - 1) / 2 + m) * 16 * kLdB, kLdB, 0, 0, lane));
+        else mma::ldsm4_t(b, mma::b_pair(sLb, kLdL, 16 * w, 16 * m, lane));
         float acc[2][4] = {};
         mma::mma16816<TAct>(acc[0], ad, b[0], b[1]);
         mma::mma16816<TAct>(acc[1], ad, b[2], b[3]);
@@ -225,7 +259,8 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
   }
   mma::bar_sync(kProd, kGroupThreads);
 
-  // (I + L) [W | U] = diag(c) [k | v]: this warp's kNTW column tiles, block row by block row.
+  // (I + L) [W | U] = diag(c) [k | v]: this warp's kNTW column tiles, block row by block row
+  // (overlaid, in place: the warp reads k_b, v_b of its columns before it writes W_b, U_b there).
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
     uint32_t adk[4], adv[4];

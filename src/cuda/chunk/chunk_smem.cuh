@@ -15,25 +15,24 @@ constexpr int kLdB = 16 + 8;  // of the 16 x 16 blocks D and M
 // (up to three buffers); within the producer group, within the consumer group.
 constexpr int kFull = 1, kEmpty = 4, kProd = 7, kCons = 8;
 
-// Shared memory: 16-bit tiles (element offsets), then floats. kBufs: one buffer per chunk in
-// flight. The main kernel: two buffers and the consumers' tiles. The prep kernel (kPrep: one chunk,
-// every value column, VS = V): one buffer, W over q (q is read only before W is written), no
-// consumer tiles.
-template <int VS, bool kPrep = false>
+// Shared memory of the chunk kernel whose producers compute (chunk_prep.cuh): 16-bit tiles (element
+// offsets), then floats. kBufs: one buffer per chunk in flight (two), and the consumers' tiles. The
+// split form's: SplitLayout below; the prep kernel's: PrepLayout (chunk_prep_layout.cuh).
+template <int VS>
 struct Layout {
-  static constexpr int kVS = VS, kBufs = kPrep ? 1 : 2;
+  static constexpr int kVS = VS, kBufs = 2;
   static constexpr int kLdV = VS + 8;
   static constexpr int kQ = 0;                            // [kBufs][kC][kLdK] raw q
   static constexpr int kKr = kQ + kBufs * kC * kLdK;      // [kBufs][kC][kLdK] raw k
   static constexpr int kV = kKr + kBufs * kC * kLdK;      // [kBufs][kC][kLdV] raw v (the block's columns)
   static constexpr int kVEnd = kV + kBufs * kC * kLdV;
-  static constexpr int kW = kPrep ? kQ : kVEnd;           // [kBufs][kC][kLdK] W
-  static constexpr int kU = kPrep ? kVEnd : kW + kBufs * kC * kLdK;  // [kBufs][kC][kLdV] U
+  static constexpr int kW = kVEnd;                        // [kBufs][kC][kLdK] W
+  static constexpr int kU = kW + kBufs * kC * kLdK;       // [kBufs][kC][kLdV] U
   static constexpr int kP = kU + kBufs * kC * kLdV;       // [kBufs][kC][kLdL] P = (q^ k^T o exp(G_i - G_j), j <= i)
   static constexpr int kDel = kP + kBufs * kC * kLdL;     // [kC][kLdV] delta (consumers)
-  static constexpr int kDd = kDel + (kPrep ? 0 : kC * kLdV);  // [kC][kLdV] diag(exp(G_last - G) / |k|) delta (consumers)
-  static constexpr int kS = kDd + (kPrep ? 0 : kC * kLdV);    // [kK][kLdV] H, 16-bit (consumers)
-  static constexpr int kLb = kS + (kPrep ? 0 : kK * kLdV);    // [kC][kLdL] L below the diagonal blocks, 16-bit (producers)
+  static constexpr int kDd = kDel + kC * kLdV;            // [kC][kLdV] diag(exp(G_last - G) / |k|) delta (consumers)
+  static constexpr int kS = kDd + kC * kLdV;              // [kK][kLdV] H, 16-bit (consumers)
+  static constexpr int kLb = kS + kK * kLdV;              // [kC][kLdL] L below the diagonal blocks, 16-bit (producers)
   static constexpr int kDk = kLb + kC * kLdL;             // [4][16][kLdB] D_b diag(beta exp(G) / |k|)
   static constexpr int kDv = kDk + 4 * 16 * kLdB;         // [4][16][kLdB] D_b diag(beta)
   static constexpr int kDn = kDv + 4 * 16 * kLdB;         // [4][16][kLdB] -D_b

@@ -9,6 +9,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "cuda/chunk/chunk_prep.cuh"
+#include "cuda/chunk/chunk_prep_layout.cuh"
 
 namespace gdn::cuda::chunk {
 
@@ -19,24 +20,38 @@ __device__ __forceinline__ const char* prep_at(const ChunkParams& p, int hv, int
   return static_cast<const char*>(p.prep) + (static_cast<int64_t>(hv) * p.prep_rows + lt) * rb;
 }
 
-// The prep kernel's output: the n rows of buffer 0's chunk (local tokens lt0..) as records.
+// kPieces 16-byte pieces per row (a power of two, at most kGroupThreads) from a tile of row stride ld
+// to byte `at` of the chunk's n records (base, rb bytes apart): thread gt, piece gt % kPieces of rows
+// gt / kPieces, + kGroupThreads / kPieces, ...
+template <int kPieces, typename TAct>
+__device__ __forceinline__ void store_pieces(char* base, int64_t rb, int at, const TAct* src, int ld, int n, int gt) {
+  static_assert((kPieces & (kPieces - 1)) == 0 && kPieces <= kGroupThreads, "power-of-two index math");
+  constexpr int kRows = kGroupThreads / kPieces;  // rows per pass
+  const int s = gt % kPieces;
+  char* dst = base + at + 16 * s;
+#pragma unroll
+  for (int t0 = 0; t0 < kC; t0 += kRows) {
+    const int t = t0 + gt / kPieces;
+    if (t < n) *reinterpret_cast<uint4*>(dst + t * rb) = *reinterpret_cast<const uint4*>(src + t * ld + 8 * s);
+  }
+}
+
+// The prep kernel's output: the n rows of the chunk (local tokens lt0..) as records: W, U, P, then
+// the floats.
 template <typename TAct, typename L>
 __device__ __forceinline__ void store_records(const ChunkParams& p, unsigned char* smem, int64_t lt0, int n, int hv,
                                               int tid) {
-  constexpr int V = L::kVS, kPieces = (kK + V + kC) / 8 + 1;  // 16-byte pieces: W, U, P, the floats
+  constexpr int V = L::kVS;
   const TAct* s16 = reinterpret_cast<const TAct*>(smem);
   const ChunkVecs cv = chunk_vecs(reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2) + L::kVec, 0);
   const int64_t rb = chunk_record_bytes(V, sizeof(TAct));
   char* base = static_cast<char*>(p.prep) + (static_cast<int64_t>(hv) * p.prep_rows + lt0) * rb;
-  for (int e = tid; e < n * kPieces; e += kGroupThreads) {
-    const int t = e / kPieces, s = e % kPieces;
-    uint4 v;
-    if (s < kK / 8) v = *reinterpret_cast<const uint4*>(s16 + L::kW + t * kLdK + 8 * s);
-    else if (s < (kK + V) / 8) v = *reinterpret_cast<const uint4*>(s16 + L::kU + t * L::kLdV + 8 * (s - kK / 8));
-    else if (s < kPieces - 1) v = *reinterpret_cast<const uint4*>(s16 + L::kP + t * kLdL + 8 * (s - (kK + V) / 8));
-    else v = make_uint4(__float_as_uint(cv.G[t]), __float_as_uint(cv.nq[t]), __float_as_uint(cv.nk[t]), 0u);
-    *reinterpret_cast<uint4*>(base + t * rb + 16 * s) = v;
-  }
+  store_pieces<kK / 8>(base, rb, 0, s16 + L::kW, kLdK, n, tid);
+  store_pieces<V / 8>(base, rb, kK * sizeof(TAct), s16 + L::kU, L::kLdV, n, tid);
+  store_pieces<kC / 8>(base, rb, (kK + V) * sizeof(TAct), s16 + L::kP, kLdL, n, tid);
+  if (tid < n)
+    *reinterpret_cast<uint4*>(base + tid * rb + (kK + V + kC) * sizeof(TAct)) =
+        make_uint4(__float_as_uint(cv.G[tid]), __float_as_uint(cv.nq[tid]), __float_as_uint(cv.nk[tid]), 0u);
 }
 
 // cp.async of kPieces 16-byte pieces from element `at` of the chunk's n records (rec, rb bytes apart;
@@ -89,23 +104,28 @@ __device__ __forceinline__ void finish_chunk(unsigned char* smem, int buf, int n
   }
 }
 
+// The prep kernel's static shared memory (scan_tmp, s_at), and its blocks per SM: 3 at V = 128
+// (sm_90: 233472 bytes of shared memory per SM, 1 KB of it reserved per block).
+using PrepScan = cub::BlockScan<long long, kGroupThreads>;
+constexpr size_t kPrepStatic = sizeof(PrepScan::TempStorage) + 2 * sizeof(long long);
+static_assert(3 * (PrepLayout<128>::kBytes + kPrepStatic + 1024) <= 233472, "3 prep blocks per SM at V = 128");
+
 // The prep kernel: block (x, value head): the x-th chunk, in order, of the chunk kernel's sequences
 // (usable, non-padding; fused: of at least chunk_from tokens with every token row in the buffer),
-// prepared for every value column and stored as records. Blocks past the last chunk, and every
-// block of a batch whose offsets decrease (the chunk kernel's producers then prepare each chunk
-// themselves, chunk.cuh), do nothing.
+// prepared for every value column (shared memory: PrepLayout<V>) and stored as records. Blocks past
+// the last chunk, and every block of a batch whose offsets decrease (the chunk kernel's producers
+// then prepare each chunk themselves, chunk.cuh), do nothing.
 //   grid = (ceil(limit / kC) + n, HV), block = kGroupThreads
 template <typename TAct, int V>
-__global__ void __launch_bounds__(kGroupThreads) chunk_prep_kernel(const ChunkParams p) {
-  using L = Layout<V, true>;
+__global__ void __launch_bounds__(kGroupThreads, 3) chunk_prep_kernel(const ChunkParams p) {
+  using L = PrepLayout<V>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, hv = blockIdx.y, h = hv / p.r;
   pdl_start();
   const GroupMeta& g = p.group[0];
   if (!ordered_offsets(g)) return;
   // This block's sequence and chunk: the chunk counts of 128 sequences at a time, scanned.
-  using Scan = cub::BlockScan<long long, kGroupThreads>;
-  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ PrepScan::TempStorage scan_tmp;
   __shared__ long long s_at[2];  // sequence, chunk in it
   if (tid == 0) s_at[0] = -1;
   long long before = 0;  // chunks of the sequences already scanned
@@ -117,7 +137,7 @@ __global__ void __launch_bounds__(kGroupThreads) chunk_prep_kernel(const ChunkPa
       if (s.tr.len > 0 && !s.pad && !(p.fused && s.tr.len < p.chunk_from)) nch = (s.tr.len + kC - 1) / kC;
     }
     long long excl = 0, total = 0;
-    Scan(scan_tmp).ExclusiveSum(nch, excl, total);
+    PrepScan(scan_tmp).ExclusiveSum(nch, excl, total);
     const long long x = static_cast<long long>(blockIdx.x) - before;
     if (x >= excl && x < excl + nch) {
       s_at[0] = i;
@@ -136,9 +156,9 @@ __global__ void __launch_bounds__(kGroupThreads) chunk_prep_kernel(const ChunkPa
     const bool bad = tid < n && global_row(g, lt0 + tid, p.src.num_actual_tokens) < 0;
     if (__syncthreads_or(bad)) return;
   }
-  stage_chunk<TAct, L>(p, chunk_src<TAct>(p, h, hv, 0), smem, 0, lt0, n, tid, kProd);
   float A, dtb;
   head_decay(p, p.gates, hv, A, dtb);
+  stage_chunk<TAct, L>(p, chunk_src<TAct>(p, h, hv, 0), smem, 0, lt0, n, tid, kProd);
   prep_chunk<TAct, L>(p, smem, 0, n, A, dtb, warp, lane, tid);
   mma::bar_sync(kProd, kGroupThreads);
   store_records<TAct, L>(p, smem, lt0, n, hv, tid);
