@@ -2,7 +2,7 @@
 #include "cuda/chunk/chunk_launch.cuh"
 
 namespace gdn::cuda {
-size_t chunk_smem_bytes(int vs) { return vs == 64 ? chunk::Layout<64>::kBytes : chunk::Layout<32>::kBytes; }
+size_t chunk_smem_bytes(int vs) { return vs == 64 ? chunk_kernel_bytes<64, false>() : chunk_kernel_bytes<32, false>(); }
 bool chunk_prep_ok(DType act, int64_t V, size_t smem_optin) {
   return act == DType::kBFloat16 && smem_optin >= chunk_kernel_bytes<32, true>() &&
          ((V == 64 && smem_optin >= chunk::PrepLayout<64>::kBytes) ||
