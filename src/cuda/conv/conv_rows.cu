@@ -40,6 +40,36 @@ __device__ __forceinline__ RowSeq row_seq(const ConvParams& p, int64_t i) {
   return s;
 }
 
+// The global rows (global_row's answer: -1 for none) of local tokens u0 .. u0 + kN - 1, -1 outside
+// [0, limit). A remapped group's token indices are all requested before any is used (their addresses
+// clamped into the index vector), so the kN loads are in flight together, not one round trip each.
+template <int kN, typename TIdx>
+__device__ __forceinline__ void tile_rows_of(const GroupMeta& g, const TIdx* ix, int64_t u0, int64_t num_rows,
+                                             int64_t (&r)[kN]) {
+  TIdx v[kN];
+#pragma unroll
+  for (int s = 0; s < kN; ++s) {
+    const int64_t u = u0 + s, uc = u < 0 ? 0 : u >= g.limit ? g.limit - 1 : u;
+    v[s] = ix[uc * g.token_indx.row_stride];
+  }
+#pragma unroll
+  for (int s = 0; s < kN; ++s) {
+    const int64_t u = u0 + s, row = static_cast<int64_t>(v[s]);
+    r[s] = u >= 0 && u < g.limit && row >= 0 && row < num_rows ? row : -1;
+  }
+}
+template <int kN>
+__device__ __forceinline__ void tile_rows(const GroupMeta& g, int64_t u0, int64_t num_rows, int64_t (&r)[kN]) {
+  const IndexRef& ix = g.token_indx;
+  if (ix.present() && ix.is64) return tile_rows_of<kN>(g, static_cast<const int64_t*>(ix.ptr), u0, num_rows, r);
+  if (ix.present()) return tile_rows_of<kN>(g, static_cast<const int32_t*>(ix.ptr), u0, num_rows, r);
+#pragma unroll
+  for (int s = 0; s < kN; ++s) {
+    const int64_t u = u0 + s;
+    r[s] = u >= 0 && u < g.limit && u < num_rows ? u : -1;
+  }
+}
+
 template <typename TAct, int W>
 __global__ void __launch_bounds__(kRowThreads, 4) conv_rows_kernel(const __grid_constant__ ConvParams p) {
   static_assert(sizeof(TAct) == 2, "16-bit activations (the chunk kernel's)");
@@ -51,16 +81,17 @@ __global__ void __launch_bounds__(kRowThreads, 4) conv_rows_kernel(const __grid_
   if (c0 >= cv.D || g.n == 0) return;
   const int col = p.src.proj.conv_col(c0);  // 8 channels from c0: contiguous columns (runs of 8k)
 
-  // Every input row the tile's taps may read: local tokens j0 - (W - 1) .. j0 + 15 (zeros outside
-  // the buffer: such a sequence is padding for the chunk kernel, which writes zeros).
+  // Every input row the tile's taps may read: local tokens j0 - (W - 1) .. j0 + 7 (zeros outside
+  // the buffer: such a sequence is padding for the chunk kernel, which writes zeros). Their global
+  // rows first (tile_rows: every token index requested at once), then every row's load in flight.
   constexpr int kPos = kRowTokens + W - 1;
+  int64_t r[kPos];
+  tile_rows<kPos>(g, j0 - (W - 1), p.src.num_actual_tokens, r);
   uint4 x[kPos];
 #pragma unroll
   for (int s = 0; s < kPos; ++s) {
-    const int64_t u = j0 - (W - 1) + s;
-    const int64_t r = u >= 0 && u < g.limit ? global_row(g, u, p.src.num_actual_tokens) : -1;
-    x[s] = r >= 0 ? *reinterpret_cast<const uint4*>(static_cast<const TAct*>(p.src.qkvz) + r * p.src.qkvz_rs + col)
-                  : make_uint4(0, 0, 0, 0);
+    x[s] = make_uint4(0, 0, 0, 0);
+    if (r[s] >= 0) x[s] = *reinterpret_cast<const uint4*>(static_cast<const TAct*>(p.src.qkvz) + r[s] * p.src.qkvz_rs + col);
   }
   float w[kVec][W], bias[kVec];
   const TAct* wt = static_cast<const TAct*>(cv.weight) + static_cast<int64_t>(c0) * cv.weight_rs;
