@@ -13,6 +13,20 @@ namespace gdn::cuda {
 
 constexpr int kMaxW = 5;  // widest conv supported (validated)
 
+// The sum of one conv output, in the order of docs/contract.md §1 and the CPU backend: the bias, then
+// taps j = lo .. hi - 1 oldest first, each w(j) * x(j) added in float32. Every conv kernel sums
+// through it, so their outputs are the same bytes. w(j), x(j): tap j's weight and input as floats;
+// kN bounds j at compile time, so that register arrays are indexed by constants (lo, hi <= kN may
+// be run-time values: taps outside them are skipped).
+template <int kN, typename Weight, typename Input>
+__device__ __forceinline__ float conv_taps(float bias, int lo, int hi, Weight w, Input x) {
+  float a = bias;
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+    if (j >= lo && j < hi) a += w(j) * x(j);
+  return a;
+}
+
 // Where a sequence's conv window (the W-1 inputs before its token 0) is read (docs/contract.md §3): verify per
 // token, rows 0..W-2 of column a-1's slot (acc_slot); verify rolling, rows a-1..a+W-3 of column 0's
 // slot; non-spec, rows 0..W-2 of its slot.
@@ -94,10 +108,8 @@ __device__ void conv_channel(const ConvRef& cv, const TokenSource& src, const Gr
   for (int64_t t = s.t0; t < s.tr.len; ++t) {
     const TAct xt = conv_input<TAct, kFused>(src, g, s.tr.begin + t, col);
     if constexpr (!kFused) {
-      float a = bias;
-#pragma unroll
-      for (int j = 0; j < W - 1; ++j) a += w[j] * to_float(win[j]);
-      a += w[W - 1] * to_float(xt);
+      float a = conv_taps<W - 1>(bias, 0, W - 1, [&](int j) { return w[j]; }, [&](int j) { return to_float(win[j]); });
+      a = conv_taps<W>(a, W - 1, W, [&](int j) { return w[j]; }, [&](int) { return to_float(xt); });
       if (cv.silu) a = silu(a);
       y[(s.tr.begin + t) * y_rs + c] = from_float<TAct>(a);
     }

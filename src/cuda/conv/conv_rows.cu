@@ -155,13 +155,10 @@ __global__ void __launch_bounds__(kRowThreads, 4) conv_rows_kernel(const __grid_
 #pragma unroll
       for (int t = 0; t < kRowTokens; ++t) {
         unpack(t + W - 1);
-        float acc[kVec];
+        float acc[kVec];  // tap k: local token j0 + t - (W - 1) + k
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[e] = bias[e];
-#pragma unroll
-        for (int k = 0; k < W; ++k)  // tap u = j - (W - 1) + k, oldest first
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) acc[e] += w[e][k] * f[t + k][e];
+        for (int e = 0; e < kVec; ++e)
+          acc[e] = conv_taps<W>(bias[e], 0, W, [&](int k) { return w[e][k]; }, [&](int k) { return f[t + k][e]; });
         if (t >= tb && t < te) {
           uint4 out;
           TAct* o = reinterpret_cast<TAct*>(&out);

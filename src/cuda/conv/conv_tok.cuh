@@ -66,12 +66,9 @@ __device__ __forceinline__ void conv_chunk(const RecurrentParams& p, const Group
     for (int c = 0; c < CH; ++c) wt[j][c] = j < W ? w[c * p.conv.weight_rs + j] : TAct(0.f);
   }
 #pragma unroll
-  for (int c = 0; c < CH; ++c) y[c] = p.conv.bias ? to_float(static_cast<const TAct*>(p.conv.bias)[ch + c]) : 0.f;
-#pragma unroll
-  for (int j = 0; j < kMaxW; ++j)
-    if (j < W)
-#pragma unroll
-      for (int c = 0; c < CH; ++c) y[c] += to_float(wt[j][c]) * to_float(u[j][c]);
+  for (int c = 0; c < CH; ++c)
+    y[c] = conv_taps<kMaxW>(p.conv.bias ? to_float(static_cast<const TAct*>(p.conv.bias)[ch + c]) : 0.f, 0, W,
+                            [&](int j) { return to_float(wt[j][c]); }, [&](int j) { return to_float(u[j][c]); });
 #pragma unroll
   for (int c = 0; c < CH; ++c) y[c] = round_to<TAct>(p.conv.silu ? silu(y[c]) : y[c]);
 }

@@ -138,10 +138,10 @@ __device__ __forceinline__ void gc_finish(const RecurrentParams& p, const GroupM
     if (t >= gc.len) break;
 #pragma unroll
     for (int e = 0; e < CH; ++e) {
-      float y = has_bias ? to_float(in.b[e]) : 0.f;
-#pragma unroll
-      for (int jj = 0; jj < kMaxW; ++jj)
-        if (jj >= kMaxW - W && t + jj < C::kN) y += to_float(in.w[jj][e]) * to_float(x[t + jj][e]);
+      // taps right-aligned: tap jj of kMaxW at position t + jj (< kN: t < kTok, jj < kMaxW)
+      const float y = conv_taps<kMaxW>(has_bias ? to_float(in.b[e]) : 0.f, kMaxW - W, kMaxW,
+                                       [&](int jj) { return to_float(in.w[jj][e]); },
+                                       [&](int jj) { return to_float(x[t + jj][e]); });
       buf[t * kRow + c + e] = from_float<TAct>(p.conv.silu ? silu(y) : y);
     }
   }

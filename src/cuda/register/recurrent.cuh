@@ -52,10 +52,7 @@ __device__ __forceinline__ float conv_token(const RecurrentParams& p, const Grou
       }
     }
   }
-  float acc = c.bias;
-#pragma unroll
-  for (int j = 0; j < kMaxW; ++j)
-    if (j < p.conv.W) acc += c.w[j] * u[j];
+  float acc = conv_taps<kMaxW>(c.bias, 0, p.conv.W, [&](int j) { return c.w[j]; }, [&](int j) { return u[j]; });
   if (p.conv.silu) acc = silu(acc);
   return round_to<TAct>(acc);  // the conv output is stored in the activation dtype
 }

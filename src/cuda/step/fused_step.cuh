@@ -150,13 +150,9 @@ __global__ void __launch_bounds__(StepTraits<TState, kLean>::kThreads, StepTrait
     const int64_t row = global_row(g, tr.begin + t, out_rows);
     if (ch >= 0) {
       const TAct x = static_cast<const TAct*>(p.src.qkvz)[row * p.src.qkvz_rs + col];
-      float a = bias;
-#pragma unroll
-      for (int j = 0; j < kMaxW - 1; ++j)
-        if (j < W - 1) a += w[j] * to_float(win[j]);
-#pragma unroll
-      for (int j = 0; j < kMaxW; ++j)
-        if (j == W - 1) a += w[j] * to_float(x);
+      // taps 0 .. W - 2 from the window, then tap W - 1: the token's input
+      float a = conv_taps<kMaxW - 1>(bias, 0, W - 1, [&](int j) { return w[j]; }, [&](int j) { return to_float(win[j]); });
+      a = conv_taps<kMaxW>(a, W - 1, W, [&](int j) { return w[j]; }, [&](int) { return to_float(x); });
       if (p.conv.silu) a = silu(a);
       const float y = round_to<TAct>(a);  // the conv output is stored in the activation dtype
       if (is_qk) {
