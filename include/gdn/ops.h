@@ -84,7 +84,7 @@ struct GatedDeltaRuleArgs {
   std::optional<int64_t> null_block_id;
   bool qk_l2norm = true;           // q^ = q / |q| scale, k^ = k / |k| (eps 1e-6)
   bool beta_sigmoid = true;        // beta = sigmoid(b)
-  // Deferred commit (docs/contract.md §7; gated_delta_rule_recurrent, CPU): present = on. Each
+  // Deferred commit (docs/contract.md §7; gated_delta_rule_recurrent): present = on. Each
   // sequence owns one slot (state_indices [n]) holding its committed state, and the same slot of a
   // log [num_slots, log_cols, HV, K + V + 2] float32 holding its last verify step's tokens as the
   // recurrence consumed them (k^, v, g, beta per value head). num_accepted_tokens [n] is required:
@@ -149,7 +149,7 @@ struct GdnAttentionArgs {
   // before that kernel has finished (programmatic dependent launch), so their state loads start
   // earlier. Otherwise (the default) every read waits for the previous kernel. Ignored on the CPU.
   bool metadata_ready_early = false;
-  // Deferred commit and token trees (docs/contract.md §7; CPU), present = on for both groups. A
+  // Deferred commit and token trees (docs/contract.md §7), present = on for both groups. A
   // sequence's slot is column 0 of its state indices; its committed conv window is rows 0..W-2 of
   // that conv_state slot. verify_log / verify_log_out as in GatedDeltaRuleArgs (the recurrence's
   // log); conv_log / conv_log_out [num_slots, log_cols, D] in the projections' dtype (the conv

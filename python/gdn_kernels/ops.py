@@ -397,7 +397,7 @@ def gdn_attention(
             sequence, -1 for a root: the verify tokens form trees (a node's conv window is the
             ``W - 1`` inputs before it on its root-to-node path). None: chains.
 
-    Deferred commit (``verify_log`` given; docs/contract.md §7, CPU): a sequence's slot is column 0
+    Deferred commit (``verify_log`` given; docs/contract.md §7, CPU and CUDA): a sequence's slot is column 0
     of its state indices (a verify sequence's other columns are not read), its committed conv
     window rows ``0..W-2`` of that ``conv_state`` slot. Each sequence first replays its accepted
     logged tokens (``num_accepted_tokens`` for verify sequences, ``non_spec_num_accepted_tokens``

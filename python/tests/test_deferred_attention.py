@@ -15,6 +15,8 @@ tests/test_prop_deferred_attention.cpp does through the C++ API.
   sequence that keeps verifying, non_spec_accepted_path for one that stops) leaves outputs, pools and
   logs equal to those after linear verify of the paths.
 * Bad deferred arguments raise RuntimeError naming the argument, and change nothing.
+* With a GPU: a mixed deferred step on CUDA equals the CPU's (float32 tolerance; z, the conv pool and
+  the conv log bit for bit).
 """
 
 import random
@@ -24,8 +26,8 @@ import torch
 
 import gdn_kernels
 from conftest import requires_cuda
-from deferred import (D, HV, W, Seq, attention_kwargs, attention_logs, attention_pools, expect_refused, gen, index,
-                      layer, projections, rec_log, shuffled)
+from deferred import (D, HV, W, Seq, attention_call, attention_kwargs, attention_logs, attention_pools, expect_refused,
+                      gen, index, layer, projections, rec_log, shuffled)
 from golden import bit_equal, rel_l2
 
 N, COLS = 4, 4
@@ -218,11 +220,22 @@ def test_attention_tree_arguments(mixed):
 
 
 @requires_cuda
-def test_cuda_refuses_the_deferred_mode(mixed):
-    c, seqs, qkvz, ba = mixed
-    conv, ssm, logs_in = c.state
-    kw = attention_kwargs(c.lay, conv, ssm, seqs, qkvz, ba,
-                          logs=(logs_in, (rec_log(4, TREE_COLS), torch.zeros(4, TREE_COLS, D))))
-    kw = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
-    with pytest.raises(RuntimeError, match="unsupported on CUDA: deferred commit"):
-        gdn_kernels.gdn_attention(**kw)
+def test_cuda_equals_cpu():
+    """attention_call()'s mixed deferred step (a prefill without initial state, a non-spec replay
+    through a path, a verify tree replaying a path) on CUDA and on the CPU: core_attn_out, the SSM
+    pool and the recurrence log within float32 tolerance (relative L2 1e-5, docs/contract.md §6), z,
+    the conv pool and the conv log bit for bit (tests/test_cuda_deferred_attention.cpp has the C++
+    suite)."""
+    kw = attention_call()
+    got = {}
+    for dev in ("cpu", "cuda"):
+        args = {k: v.clone().to(dev) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+        gdn_kernels.gdn_attention(**args)
+        got[dev] = {k: args[k].cpu() for k in ("core_attn_out", "z", "conv_state", "ssm_state", "verify_log_out",
+                                               "conv_log_out")}
+    c, g = got["cpu"], got["cuda"]
+    for name in ("core_attn_out", "ssm_state", "verify_log_out"):
+        err = rel_l2(g[name], c[name])
+        assert err <= 1e-5, f"{name}: rel. L2 {err:.3e}"
+    for name in ("z", "conv_state", "conv_log_out"):
+        assert bit_equal(g[name], c[name]), name

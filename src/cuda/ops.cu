@@ -7,6 +7,7 @@
 
 #include "cuda/backend.h"
 #include "cuda/chunk/chunk.h"
+#include "cuda/common/dispatch.h"
 #include "cuda/common/workspace.h"
 #include "cuda/conv/conv.h"
 #include "cuda/deferred/deferred.h"
@@ -57,31 +58,6 @@ Status on_device(int device, F fn) {
   Status s = fn();
   if (cur != device) cudaSetDevice(cur);
   return s;
-}
-
-// fn(act_tag, state_tag) with each tag's ::type the C++ type of the dtype (float, __nv_bfloat16, __half).
-template <typename T>
-struct Tag {
-  using type = T;
-};
-template <typename F>
-Status with_state(DType state, F fn) {
-  switch (state) {
-    case DType::kFloat32: return fn(Tag<float>{});
-    case DType::kBFloat16: return fn(Tag<__nv_bfloat16>{});
-    case DType::kFloat16: return fn(Tag<__half>{});
-    default: return Status::Error(std::string("unsupported SSM state dtype ") + dtype_name(state));
-  }
-}
-template <typename F>
-Status with_dtypes(DType act, DType state, F fn) {
-  auto on_act = [&](auto ta) { return with_state(state, [&](auto ts) { return fn(ta, ts); }); };
-  switch (act) {
-    case DType::kFloat32: return on_act(Tag<float>{});
-    case DType::kBFloat16: return on_act(Tag<__nv_bfloat16>{});
-    case DType::kFloat16: return on_act(Tag<__half>{});
-    default: return Status::Error(std::string("unsupported activation dtype ") + dtype_name(act));
-  }
 }
 
 // fused: gdn_attention's step; *one_launch: the conv pool and z were done by the same launch.
@@ -145,8 +121,6 @@ Status supports_recurrent(const GatedDeltaRuleArgs& a) {
 }
 Status supports(const GdnAttentionArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gdn_attention", a.head_k_dim));
-  if (a.verify_log.present() || a.conv_log.present())
-    return Status::Error("gdn_attention: unsupported on CUDA: deferred commit (verify_log, conv_log); it runs on the CPU");
   // + 1024: the conv kernel's extra block rows for the z copy
   return supports_grid("gdn_attention", a.num_prefills + a.num_decodes + a.num_spec_decodes + 1024,
                        a.num_v_heads / a.tp_size);
@@ -293,10 +267,7 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream, pla
     fill_deferred(p, a);
     return on_device(a.q.device_index, [&] {
       p.early_meta = a.metadata_ready_early && pdl_enabled();
-      return with_dtypes(a.q.dtype, a.ssm_state.dtype, [&](auto ta, auto ts) {
-        return launch_deferred<typename decltype(ta)::type, typename decltype(ts)::type>(
-            p, force, static_cast<cudaStream_t>(stream));
-      });
+      return launch_deferred_any(p, a.q.dtype, a.ssm_state.dtype, force, static_cast<cudaStream_t>(stream));
     });
   }
   RecurrentParams p;
@@ -348,7 +319,7 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
 
 // conv + gates + l2 norm + recurrence for every sequence of both groups, reading the conv pool;
 // the conv pool update and the z copy in the same launch (thread-block clusters, sm_90+) or in a
-// second one (conv.cu).
+// second one (conv.cu). The deferred-commit mode: deferred/deferred_attention.cu.
 Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override force) {
   GDN_RETURN_IF_ERROR(supports(a));
   const rules::ProjLayout L = rules::proj_layout(a);
@@ -391,6 +362,11 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
   rp.V = static_cast<int>(L.V);
   rp.r = static_cast<int>(L.r);
   rp.scale = static_cast<float>(a.scale.value_or(1.0 / std::sqrt(static_cast<double>(L.K))));
+  if (a.verify_log.present())  // the deferred-commit mode: its conv, then its recurrence per group
+    return on_device(a.projected_states_qkvz.device_index, [&] {
+      rp.early_meta = a.metadata_ready_early && pdl_enabled();
+      return deferred_attention(a, rp, force, static_cast<cudaStream_t>(stream));
+    });
 
   ConvParams cp;
   static_cast<StepParams&>(cp) = step;

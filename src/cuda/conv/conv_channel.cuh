@@ -46,6 +46,23 @@ __device__ __forceinline__ int64_t per_token_slot(const GroupMeta& g, const Conv
   return rules::slot_valid(slot, cv.num_slots, has_null, null_id) ? slot : -1;
 }
 
+// The conv output of one channel before rounding: act(bias + sum_{j < W-1} w[j] win[j] + w[W-1] x),
+// the taps of (window ++ x) summed oldest first in float32 (the CPU's order).
+template <typename TAct, int W>
+__device__ __forceinline__ float window_conv(const float (&w)[W], float bias, const TAct (&win)[W - 1], TAct x,
+                                             bool silu_on) {
+  float a = conv_taps<W - 1>(bias, 0, W - 1, [&](int j) { return w[j]; }, [&](int j) { return to_float(win[j]); });
+  a = conv_taps<W>(a, W - 1, W, [&](int j) { return w[j]; }, [&](int) { return to_float(x); });
+  return silu_on ? silu(a) : a;
+}
+// The window slides by one input: rows 0..W-3 <- rows 1..W-2, row W-2 <- x.
+template <typename TAct, int W>
+__device__ __forceinline__ void slide_window(TAct (&win)[W - 1], TAct x) {
+#pragma unroll
+  for (int j = 0; j < W - 2; ++j) win[j] = win[j + 1];
+  win[W - 2] = x;
+}
+
 // What the conv needs to know about one sequence, resolved once per block.
 struct ConvSeq {
   rules::TokenRange tr{};  // local tokens
@@ -107,15 +124,9 @@ __device__ void conv_channel(const ConvRef& cv, const TokenSource& src, const Gr
   const float bias = cv.bias ? to_float(static_cast<const TAct*>(cv.bias)[c]) : 0.f;
   for (int64_t t = s.t0; t < s.tr.len; ++t) {
     const TAct xt = conv_input<TAct, kFused>(src, g, s.tr.begin + t, col);
-    if constexpr (!kFused) {
-      float a = conv_taps<W - 1>(bias, 0, W - 1, [&](int j) { return w[j]; }, [&](int j) { return to_float(win[j]); });
-      a = conv_taps<W>(a, W - 1, W, [&](int j) { return w[j]; }, [&](int) { return to_float(xt); });
-      if (cv.silu) a = silu(a);
-      y[(s.tr.begin + t) * y_rs + c] = from_float<TAct>(a);
-    }
-#pragma unroll
-    for (int j = 0; j < W - 2; ++j) win[j] = win[j + 1];
-    win[W - 2] = xt;
+    if constexpr (!kFused)
+      y[(s.tr.begin + t) * y_rs + c] = from_float<TAct>(window_conv<TAct, W>(w, bias, win, xt, cv.silu));
+    slide_window<TAct, W>(win, xt);
     if (s.spec && t < g.cols) {
       if (!s.per_token) {
         at(s.slot0, W - 2 + t) = xt;  // rolling: row W-2+t <- u_t

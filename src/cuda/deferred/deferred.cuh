@@ -57,6 +57,7 @@ struct DeferredSmem {
   deferred::ChunkCoefs cf;
   deferred::ChunkPlan plan;
   int64_t rows[C];         // replay: the log rows of the next entries (-1: the replay ends)
+  int64_t orow[C];         // the step's tokens: each node's row of o
   int32_t par[kParCache];  // tree: the first tokens' parents (outside [0, t): -1)
   bool more, chain;        // tokens follow the chunk; it runs as a chain (chain_chunk)
 };
@@ -93,6 +94,12 @@ __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int la
     asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
 }
 
+// The row of o of the group's local token j: j (the primitive op) or its row in gdn_attention's
+// buffers (-1 outside [0, out_rows): only in padding sequences).
+__device__ __forceinline__ int64_t out_row(const DeferredParams& p, int64_t j) {
+  return p.out_rows < 0 ? j : global_row(p.group[0], j, p.out_rows);
+}
+
 // Token t's parent within its sequence (of tokens from `begin`): in [0, t), else -1 (a root).
 __device__ __forceinline__ int64_t token_parent(const DeferredParams& p, int64_t begin, int64_t t) {
   const int64_t par = p.parents(begin + t);
@@ -111,11 +118,11 @@ __device__ __forceinline__ F* log_entry(F* log, int64_t rs, const DeferredParams
 // the row's lanes, then
 //     y = beta (v - dec W k^),  o = dec W q^ + y (k^ . q^),  W <- dec W + y k^
 // with y from the lane holding the row's W k^, sent to the row's other lanes, and o written for
-// emitted nodes (token rows tok0 + node) by the lane holding W q^. Starts after the barrier that
+// emitted nodes (rows sm.orow) by the lane holding W q^. Starts after the barrier that
 // follows the staging; warp-local (the caller's next barrier guards the shared memory).
 template <bool kOut, typename TAct, typename Tr, int KP>
 __device__ __forceinline__ void chain_chunk(const DeferredParams& p, const DeferredSmem<KP, Tr::kRows>& sm,
-                                            float (&w)[Tr::kRowsPerLane][Tr::kEPL], int64_t tok0, int hv, int v0) {
+                                            float (&w)[Tr::kRowsPerLane][Tr::kEPL], int hv, int v0) {
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = Tr::kEPL, kPiece = Tr::kPiece;
   constexpr int kSums = kOut ? 2 * R : R, kSpan = L / kSums;  // sums of a lane group, lanes holding each
   static_assert(kSums <= L && (kSums & (kSums - 1)) == 0, "one reduce-scatter over the row's lanes");
@@ -154,7 +161,7 @@ __device__ __forceinline__ void chain_chunk(const DeferredParams& p, const Defer
       float yr = y[0];
 #pragma unroll
       for (int j = 1; j < R; ++j) yr = jm == j ? y[j] : yr;
-      o[(tok0 + pl.node[u]) * p.o_rs] = from_float<TAct>(dec * sum + yr * sm.kq[u]);
+      o[sm.orow[u] * p.o_rs] = from_float<TAct>(dec * sum + yr * sm.kq[u]);
     }
 #pragma unroll
     for (int j = 0; j < R; ++j)
@@ -165,11 +172,11 @@ __device__ __forceinline__ void chain_chunk(const DeferredParams& p, const Defer
 
 // One staged chunk with branches (or a path after which W must stay) through the algebra of
 // chunk_plan.h: the coefficients, W k_u and W q_u per row, the rows' solution (outputs of emitted
-// nodes at token rows tok0 + node). W does not move. Starts after the barrier that follows the
+// nodes at rows sm.orow). W does not move. Starts after the barrier that follows the
 // staging; ends with warp-local work (the caller's next barrier guards the shared memory).
 template <typename TAct, typename Tr, int KP>
 __device__ __forceinline__ void tree_chunk(const DeferredParams& p, DeferredSmem<KP, Tr::kRows>& sm,
-                                           const float (&w)[Tr::kRowsPerLane][Tr::kEPL], int64_t tok0, int hv, int v0) {
+                                           const float (&w)[Tr::kRowsPerLane][Tr::kEPL], int hv, int v0) {
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = Tr::kEPL, kPiece = Tr::kPiece;
   constexpr int kB = Tr::kBatch, C = deferred::kChunk, kSub = 32 / Tr::kRowsPerWarp;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
@@ -228,7 +235,7 @@ __device__ __forceinline__ void tree_chunk(const DeferredParams& p, DeferredSmem
   auto y = [&](int i) { return dots[i]; };
   for (int u = sub; u < n; u += kSub)
     if (pl.emit[u] && vi < p.V)
-      o[(tok0 + pl.node[u]) * p.o_rs] = from_float<TAct>(deferred::row_o(cf, u, dots[n + u], y));
+      o[sm.orow[u] * p.o_rs] = from_float<TAct>(deferred::row_o(cf, u, dots[n + u], y));
 }
 
 template <typename TAct, typename TState, int KP, bool kDense, bool kSmall>
@@ -264,14 +271,23 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
       if (v0 + lrow0 + j * G < p.V)
         store_row<TState, KP, EPL, kDense, kPiece>(p, slot, hv, v0 + lrow0 + j * G, ln, w[j]);
   };
-  load_w(!si.pad && si.init);
+  bool pad = si.pad;
+  if (p.out_rows >= 0) {  // gdn_attention: a token outside the buffers makes its sequence padding
+    bool bad = false;
+    for (int64_t t = tid; t < tr.len; t += kThreads) bad |= out_row(p, tr.begin + t) < 0;
+    pad = __syncthreads_or(bad) || pad;
+  }
+  load_w(!pad && si.init);
   TAct* const o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * p.V + v0;
-  if (si.pad) {  // nothing read or written but zero outputs
-    for (int64_t idx = tid; idx < tr.len * kRows; idx += kThreads)
-      if (v0 + idx % kRows < p.V) o[(tr.begin + idx / kRows) * p.o_rs + idx % kRows] = from_float<TAct>(0.f);
+  if (pad) {  // nothing read or written but zero outputs (at the rows that exist)
+    for (int64_t idx = tid; idx < tr.len * kRows; idx += kThreads) {
+      const int64_t row = out_row(p, tr.begin + idx / kRows);
+      if (row >= 0 && v0 + idx % kRows < p.V) o[row * p.o_rs + idx % kRows] = from_float<TAct>(0.f);
+    }
     return;
   }
-  const int64_t n_rep = si.init ? rules::clamp64(g.num_accepted(i), 0, p.log_cols) : 0;
+  const int64_t n_rep =
+      si.init && g.num_accepted.present() ? rules::clamp64(g.num_accepted(i), 0, p.log_cols) : 0;
   const int64_t K = p.K, V = p.V;
   {  // the first chunk's token inputs towards the L2 (a warp per token), read after the replay
     const int64_t first = tr.len < C ? tr.len : C;
@@ -319,7 +335,7 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
       sm.cf.beta[tid] = e[K + V + 1];
     }
     __syncthreads();
-    chain_chunk<false, TAct, Tr, KP>(p, sm, w, 0, hv, v0);
+    chain_chunk<false, TAct, Tr, KP>(p, sm, w, hv, v0);
   }
 
   // 2. the one state write: the replayed state, before a verify step's tokens (or a sequence of none)
@@ -385,6 +401,7 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
       kq = group_sum<32>(kq);  // the same order in every block: the same bits
       if (lane == 0) {
         sm.kq[u] = kq;
+        sm.orow[u] = out_row(p, row);
         const GateValues gv = gate_values(p.gates, p.a(row * p.src.a_rs + hv), p.b(row * p.src.b_rs + hv), A, dtb);
         sm.cf.g[u] = gv.g;
         sm.cf.dec[u] = expf(gv.g);
@@ -412,8 +429,8 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
         log_entry(p.log_out, p.log_out_rs, p, slot, pl.node[u], hv)[K + v0 + r] = sm.v[u][r];
       }
     }
-    if (chain) chain_chunk<true, TAct, Tr, KP>(p, sm, w, tr.begin, hv, v0);
-    else tree_chunk<TAct, Tr, KP>(p, sm, w, tr.begin, hv, v0);
+    if (chain) chain_chunk<true, TAct, Tr, KP>(p, sm, w, hv, v0);
+    else tree_chunk<TAct, Tr, KP>(p, sm, w, hv, v0);
   }
 
   // 2'. the one state write of a step whose tokens are all accepted (log_tokens false): after them

@@ -1,5 +1,6 @@
-// src/cuda/deferred/deferred.h — gated_delta_rule_recurrent's deferred-commit mode on CUDA
-// (docs/contract.md §7; the kernel in deferred.cuh): its parameters and launcher.
+// src/cuda/deferred/deferred.h — the deferred-commit mode on CUDA (docs/contract.md §7):
+// gated_delta_rule_recurrent's (the kernel in deferred.cuh), its parameters and launcher, and
+// gdn_attention's (deferred_attention.cu: a conv kernel, then that kernel per group).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -9,9 +10,9 @@
 
 namespace gdn::cuda {
 
-// The recurrence's parameters (group 0: one slot per sequence in slots, the replay counts in
-// num_accepted, has_init; every gate and norm form of ops.h: RecurrentParams::gates) plus the logs,
-// the tree and the gate inputs as FloatRefs.
+// The recurrence's parameters (group 0: one slot per sequence in slots (column 0), the replay
+// counts in num_accepted (absent: none), has_init; every gate and norm form of ops.h:
+// RecurrentParams::gates) plus the logs, the tree and the gate inputs as FloatRefs.
 struct DeferredParams : RecurrentParams {
   const float* log_in = nullptr;          // verify_log [num_slots, log_cols, HV, K + V + 2]
   float* log_out = nullptr;               // verify_log_out, the same shape
@@ -21,10 +22,23 @@ struct DeferredParams : RecurrentParams {
   IndexRef parents;  // token_parents [T] or absent (a chain)
   bool log_tokens = true;
   FloatRef a, b;  // gate inputs [T, HV]: element (row, hv) at row * a_rs + hv (src.a_rs, src.b_rs)
+  // gdn_attention (out_rows >= 0): the inputs of the group's local token j are at row j as above, its
+  // output at row group[0].token_indx(j) of o (identity when absent), and a sequence with a token
+  // whose row is outside [0, out_rows) is padding. -1: the primitive op (outputs at row j).
+  int64_t out_rows = -1;
 };
 
 // The launch for p, as plan::plan_deferred decides (force: a deferred path, else the planner's).
 template <typename TAct, typename TState>
 Status launch_deferred(const DeferredParams& p, plan::Override force, cudaStream_t stream);
+// The same for the runtime dtypes of the activations and the state (deferred_attention.cu).
+Status launch_deferred_any(const DeferredParams& p, DType act, DType state, plan::Override force,
+                           cudaStream_t stream);
+
+// gdn_attention's deferred-commit mode (docs/contract.md §7; deferred_attention.cu): rp as gdn_attention
+// fills it for its step (both groups, the projections, the conv pool, the gates, the SSM pool, o), the
+// logs, replay counts, paths and parents from a.
+Status deferred_attention(const GdnAttentionArgs& a, const RecurrentParams& rp, plan::Override force,
+                          cudaStream_t stream);
 
 }  // namespace gdn::cuda
