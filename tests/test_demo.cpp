@@ -291,6 +291,25 @@ TEST(Demo, WeightsRoundTripThroughSafetensors) {
   std::remove(path.c_str());
 }
 
+// The demo on CUDA, per-token and deferred commit, linear drafts and trees: lossless on that backend,
+// one state slot per request in the deferred mode and fewer state bytes written.
+TEST(Demo, DeferredCommitAndTreesOnCuda) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  DemoConfig c = short_demo_config();
+  c.device = Device::kCUDA;
+  SCOPED_TRACE(describe(c) + ", cuda");
+  const DemoResult per_token = run_ok(c);
+  c.deferred = true;
+  const DemoResult d = run_ok(c);
+  EXPECT_EQ(d.spec_pool_slots, c.max_running);
+  EXPECT_GT(d.spec.verifies, 0);
+  EXPECT_LT(d.spec.state_bytes, per_token.spec.state_bytes);
+  c.tree = 8;
+  SCOPED_TRACE("tree 8");
+  const DemoResult t = run_ok(c);
+  EXPECT_GT(t.spec.verifies, 0);
+}
+
 TEST(Demo, BadConfigurationsAreErrors) {
   DemoConfig c = short_demo_config();
   c.proposer = "eagle";

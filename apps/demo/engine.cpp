@@ -43,9 +43,6 @@ Status Engine::init(const Weights& target, const Weights* draft, const EngineOpt
                          "max(prefill_chunk, num_spec + 1) = " + str(need) + ", got " + str(opt.token_budget));
   }
   target_ = &target;
-  if (opt.deferred && opt.device != Device::kCPU) {
-    return Status::Error("demo engine: deferred commit runs on the CPU backend only (use --device cpu)");
-  }
   if (opt.tree.nodes < 0 || opt.tree.branch < 1 || opt.tree.levels < 0) {
     return Status::Error("demo engine: token trees need nodes >= 0, branch >= 1 and levels >= 0, got " +
                          str(opt.tree.nodes) + ", " + str(opt.tree.branch) + ", " + str(opt.tree.levels));
