@@ -7,7 +7,7 @@
 //    written once, activations once) and is compared with an SM copy kernel measured in the run.
 // Ops: "recurrent" (gated_delta_rule_recurrent, bf16 activations), "recurrent_given" (the same with
 // transformers' decode gates: the log-space decay in float32 and beta in bf16, given, no A_log:
-// the register kernel's gate-form instances; random decays in [-0.5, 0.5)), "fused" (gdn_attention:
+// the gate-form instances; random decays in [-0.5, 0.5)), "fused" (gdn_attention:
 // conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer, verify
 // conv windows in the rolling line) and "fused_per_token" (the same, conv windows per draft slot).
 // "chunked" (gated_delta_rule_chunked: prefill of N sequences of T tokens, --shapes NxT,...; ms,

@@ -1,16 +1,25 @@
 // gated_delta_rule_recurrent on CUDA with the gate and norm forms of ops.h other than the default
-// (FLA's API; transformers' decode): the register kernel's gate-form instances, whatever kernel path
-// is forced (tests/test_plan.cpp, Plan.GateFormsTakeTheRegisterKernel: the planner sends these forms
-// to the register kernel's small or large shape only). Forms: the log-space decay given in float32
-// and in the activation dtype, beta given in float32 and in the activation dtype, no l2 norm, the
-// default gates with a and b in float32 beside 16-bit q, transformers' decode (float32 g, 16-bit
-// beta) and all three switches at once. Batches: one-token decode of Qwen3-Next TP1 heads (H 16, HV
-// 32, K = V = 128) at N = 2 (64 sequence-heads: the small shape) and N = 5 (the large shape; a
-// sequence on the null slot and one without initial state), a varlen batch of short prefills with a
-// zero-length sequence (head ratio 3, K = 64, V = 48), and verify (3 state columns, ragged accepted
-// counts, K = 128, V = 64); "vk" and "kv" pools with a padded slot stride; bf16 and float32
-// activations, float32 and bf16 state. Outputs and every state slot against the CPU backend with the
-// same forms, and a second CUDA call gives the same bytes.
+// (FLA's API; transformers' decode): the gate-form instances of the lean, pipelined and register
+// kernels, on the planner's choice and on every recurrence path forced (tests/test_plan.cpp,
+// Plan.GateFormsTakeTheDefaultFormsPathsWithInstances: these forms take the default form's paths
+// where those have gate-form instances, else the register kernel's large shape; a forced path
+// without instances, register_mid or packed, leaves the planner's choice). Forms: the log-space
+// decay given in float32 and in the activation dtype, beta given in float32 and in the activation
+// dtype, no l2 norm, the default gates with a and b in float32 beside 16-bit q, transformers' decode
+// (float32 g, 16-bit beta) and all three switches at once. Batches: one-token decode of Qwen3-Next
+// TP1 heads (H 16, HV 32, K = V = 128) at N = 2 (64 sequence-heads) and N = 5 (a sequence on the
+// null slot and one without initial state), a varlen batch of short prefills with a zero-length
+// sequence (head ratio 3, K = 64, V = 48), the same with K = 128, V = 64 and sequences of up to 9
+// tokens (more than the pipelined kernel's 4 staged ones), and verify (3 state columns, ragged
+// accepted counts, K = 128, V = 64); "vk" and "kv" pools with a padded slot stride. Forced, the
+// lean kernel (its base and more-blocks forms; with bf16 state its staged form) and the pipelined
+// kernel take every "vk" batch with K = 128. Batches where the planner itself chooses those
+// kernels (plan/tuning.h, on a 132-SM H200), "vk" only: decode at N = 12 with V = 32 (384
+// sequence-heads: the pipelined kernel), on every path, and at N = 64 (2048: the lean kernel, its
+// more-blocks form for float32 state and its staged form for bf16), on the planner's choice only (a
+// pool of 66 slots, 8.7 M state elements, per call). bf16 and float32 activations, float32 and bf16
+// state. Outputs and every state slot against the CPU backend with the same forms, and a second
+// CUDA call gives the same bytes.
 // Tolerances (tests/test_cuda_shapes.cpp's): the same float32 math in another summation order:
 // outputs rel L2 1e-2 when bf16, 1e-5 when float32; states 1e-5 in float32, 1e-2 in bf16 (a rounding
 // of the stored state may differ).
@@ -43,15 +52,23 @@ const Form kForms[] = {
     {"transformers_decode", true, true, true, true, false}, {"all_given_no_l2norm", true, true, false, true, true},
 };
 
-enum class Shape { kDecodeSmall, kDecodeLarge, kVarlen, kVerify };
+enum class Shape { kDecodeSmall, kDecodeLarge, kVarlen, kVerify, kVarlen128, kDecode12, kDecode64 };
 const char* shape_name(Shape s) {
   switch (s) {
     case Shape::kDecodeSmall: return "decode N=2";
     case Shape::kDecodeLarge: return "decode N=5";
     case Shape::kVarlen: return "varlen";
     case Shape::kVerify: return "verify";
+    case Shape::kVarlen128: return "varlen K=128";
+    case Shape::kDecode12: return "decode N=12";
+    case Shape::kDecode64: return "decode N=64";
   }
   return "?";
+}
+// The planner's batches (N = 12, 64): "vk" only; N = 64 on the planner's choice only.
+bool runs(Shape s, StateLayout layout, Backend be) {
+  if (s != Shape::kDecode12 && s != Shape::kDecode64) return true;
+  return layout == StateLayout::kVK && (s == Shape::kDecode12 || be.path == cuda::plan::Path::kAuto);
 }
 
 // One batch: its heads, sequences, slots and inputs in the form f.
@@ -82,6 +99,18 @@ Batch make_batch(Shape shape, DType act, const Form& f, Rng& r) {
     case Shape::kVerify:
       b.lens = {3, 1, 2};
       b.H = 2, b.HV = 4, b.K = 128, b.V = 64, b.cols = 3;
+      break;
+    case Shape::kVarlen128:
+      b.lens = {6, 1, 9, 0, 2};
+      b.H = 2, b.HV = 4, b.K = 128, b.V = 64;
+      break;
+    case Shape::kDecode12:
+      b.lens.assign(12, 1);
+      b.V = 32;
+      break;
+    case Shape::kDecode64:
+      b.lens.assign(64, 1);
+      b.V = 32;
       break;
   }
   const int64_t n = static_cast<int64_t>(b.lens.size());
@@ -143,8 +172,10 @@ TEST_P(CudaGateForms, RecurrentOpMatchesTheCpu) {
   PROP_SKIP_IF_UNAVAILABLE(prm.be);
   const double tol_o = tol_for(prm.act), tol_s = tol_for(prm.state);
   for (StateLayout layout : {StateLayout::kVK, StateLayout::kKV})
-    for (Shape shape : {Shape::kDecodeSmall, Shape::kDecodeLarge, Shape::kVarlen, Shape::kVerify})
+    for (Shape shape : {Shape::kDecodeSmall, Shape::kDecodeLarge, Shape::kVarlen, Shape::kVerify, Shape::kVarlen128,
+                        Shape::kDecode12, Shape::kDecode64})
       for (const Form& f : kForms) {
+        if (!runs(shape, layout, prm.be)) continue;
         if (prm.act == DType::kFloat32 && (f.a_f32 || f.b_f32) && !(f.decay_given || f.beta_given || !f.l2norm))
           continue;  // float32 gates beside float32 q: the default form
         SCOPED_TRACE(::testing::Message() << f.name << ", " << shape_name(shape) << ", " << layout_name(layout));
@@ -153,16 +184,19 @@ TEST_P(CudaGateForms, RecurrentOpMatchesTheCpu) {
         Buf pool0 = make_ssm_pool(prm.state, b.num_slots, b.HV, b.K, b.V, layout, layout == StateLayout::kKV ? 8 : 0);
         fill_normal(pool0, r, 0.3);
         Status st;
-        // the CPU's results, once per case for all kernel paths (the same batch for each)
+        // the CPU's results, once per case for all kernel paths (the same batch for each; N = 64 runs
+        // on one path, uncached)
         static std::map<std::string, Result> cpu_results;
         const std::string key = std::string(dtype_short(prm.act)) + dtype_short(prm.state) + layout_name(layout) +
                                 shape_name(shape) + f.name;
-        if (!cpu_results.count(key)) {
+        std::optional<Result> own;
+        if (shape == Shape::kDecode64 || !cpu_results.count(key)) {
           Result r_cpu = run_call(Backend::kCPU, b, f, pool0, layout, prm.act, &st);
           ASSERT_TRUE(st.ok()) << st.message();
-          cpu_results.emplace(key, std::move(r_cpu));
+          if (shape == Shape::kDecode64) own = std::move(r_cpu);
+          else cpu_results.emplace(key, std::move(r_cpu));
         }
-        const Result& ref = cpu_results.at(key);
+        const Result& ref = own ? *own : cpu_results.at(key);
         const Result got = run_call(prm.be, b, f, pool0, layout, prm.act, &st);
         ASSERT_TRUE(st.ok()) << st.message();
         EXPECT_LE(rel_l2(got.o, ref.o), tol_o) << "o: relative L2 error vs the CPU";

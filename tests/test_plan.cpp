@@ -154,32 +154,62 @@ TEST(Plan, ForcedPathsRunWhereTheyCan) {
 }
 
 // Gate or norm forms other than the default (the log-space decay or beta given, no l2 norm, a or b
-// in another dtype): only the register kernel's gate-form instances take them, in the small shape
-// up to 64 sequence-heads (register_small_*) and the large one above, whatever else could run the
-// batch (lean, pipelined, packed, mid) and whatever path is forced, except the other register shape.
-TEST(Plan, GateFormsTakeTheRegisterKernel) {
+// in another dtype): the paths with gate-form instances (lean, lean_more, lean_staged, pipelined,
+// register_small, register_large) take them by the default form's rules, with the same launch shape;
+// where the default form takes register_mid or packed (no gate-form instances), the register
+// kernel's large shape. Forced: a path with instances runs where it can, as for the default form;
+// register_mid and packed leave the planner's choice. On a 132-SM and a 114-SM card, dense and
+// strided state, with and without the lean kernel, over decode and verify batches of 1-256 sequences.
+TEST(Plan, GateFormsTakeTheDefaultFormsPathsWithInstances) {
+  for (Path f : {Path::kLean, Path::kLeanMore, Path::kLeanStaged, Path::kPipelined, Path::kRegisterSmall,
+                 Path::kRegisterLarge})
+    EXPECT_TRUE(takes_gate_forms(f)) << path_name(f);
+  for (Path f : {Path::kRegisterMid, Path::kPacked, Path::kDeferred, Path::kChunk32, Path::kStepCluster})
+    EXPECT_FALSE(takes_gate_forms(f)) << path_name(f);
+  auto with_forms = [](Path def) { return takes_gate_forms(def) ? def : Path::kRegisterLarge; };
   for (int state_bytes : {4, 2})
     for (int tok : {1, 4})
-      for (int64_t nseq : {1, 2, 3, 4, 6, 8, 12, 16, 64, 256}) {
-        SCOPED_TRACE(::testing::Message() << "state bytes " << state_bytes << ", tokens " << tok << ", N " << nseq);
-        for (bool dense : {true, false}) {
-          Problem p = qwen(nseq, tok, state_bytes, tok > 1);
-          p.dense = dense;
-          const Path own = nseq * p.HV <= 64 ? Path::kRegisterSmall : Path::kRegisterLarge;
-          p.gate_forms = true;
-          EXPECT_EQ(path_of(p), own);
-          EXPECT_EQ(path_of(p, 114), nseq * p.HV * 132 <= 64 * 114 ? Path::kRegisterSmall : Path::kRegisterLarge);
-          for (Path f : {Path::kLean, Path::kLeanMore, Path::kLeanStaged, Path::kPipelined, Path::kRegisterMid,
-                         Path::kPacked, Path::kChunk32, Path::kDeferred, Path::kStepCluster})
-            EXPECT_EQ(path_of(p, 132, {f}), own) << path_name(f);
-          EXPECT_EQ(path_of(p, 132, {Path::kRegisterSmall}), Path::kRegisterSmall);
-          EXPECT_EQ(path_of(p, 132, {Path::kRegisterLarge}), Path::kRegisterLarge);
-        }
-      }
-  // the default form of the same batches keeps the other families
-  EXPECT_EQ(path_of(qwen(4, 1, 4, false)), Path::kLean);
-  EXPECT_EQ(path_of(qwen(6, 1, 2, false)), Path::kPacked);
-  EXPECT_EQ(path_of(qwen(12, 1, 2, false)), Path::kPipelined);
+      for (int64_t nseq : {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 25, 63, 64, 128, 256})
+        for (bool dense : {true, false})
+          for (bool lean_ok : {true, false}) {
+            SCOPED_TRACE(::testing::Message() << "state bytes " << state_bytes << ", tokens " << tok << ", N " << nseq
+                                              << ", dense " << dense << ", lean " << lean_ok);
+            Problem p = qwen(nseq, tok, state_bytes, tok > 1);
+            p.dense = dense;
+            p.lean_ok = lean_ok;
+            Problem q = p;
+            q.gate_forms = true;
+            for (int sms : {132, 114}) {
+              const Plan def = plan_launch(p, 9, FakeFacts(sms)), got = plan_launch(q, 9, FakeFacts(sms));
+              EXPECT_EQ(got.path, with_forms(def.path)) << sms << " SMs, default " << path_name(def.path);
+              if (got.path == def.path) EXPECT_TRUE(got.tok == def.tok && got.blocks == def.blocks);
+            }
+            const Path own = path_of(q);
+            for (Path f : {Path::kLean, Path::kLeanMore, Path::kLeanStaged, Path::kPipelined, Path::kRegisterSmall,
+                           Path::kRegisterMid, Path::kRegisterLarge, Path::kPacked, Path::kChunk32, Path::kDeferred,
+                           Path::kStepCluster})
+              EXPECT_EQ(path_of(q, 132, {f}), takes_gate_forms(f) ? with_forms(path_of(p, 132, {f})) : own)
+                  << path_name(f);
+          }
+  // the batches of the issue: large decode batches take the lean and pipelined kernels with the forms
+  Problem p = qwen(64, 1, 2, false);  // bf16 state, 2048 sequence-heads
+  p.gate_forms = true;
+  EXPECT_EQ(path_of(p), Path::kLeanStaged);
+  p = qwen(12, 1, 2, false);  // 384
+  p.gate_forms = true;
+  EXPECT_EQ(path_of(p), Path::kPipelined);
+  p = qwen(64, 1, 4, false);  // float32 state
+  p.gate_forms = true;
+  EXPECT_EQ(path_of(p), Path::kLean);
+  p = qwen(6, 1, 2, false);  // 192: the default form's packed kernel
+  p.gate_forms = true;
+  EXPECT_EQ(path_of(p), Path::kRegisterLarge);
+  EXPECT_EQ(path_of(p, 132, {Path::kPacked}), Path::kRegisterLarge);
+  p = qwen(3, 4, 2, true);  // 96, 16-bit verify without the lean kernel: the default form's mid form
+  p.lean_ok = false;
+  EXPECT_EQ(path_of(p), Path::kRegisterMid);
+  p.gate_forms = true;
+  EXPECT_EQ(path_of(p), Path::kRegisterLarge);
 }
 
 TEST(Plan, StepPipelinedFromItsGroupThresholds) {

@@ -107,7 +107,7 @@ def recurrent_gated_delta_rule(query: Tensor, key: Tensor, value: Tensor, g: Ten
                                use_qk_l2norm_in_kernel: bool = False, cu_seqlens: Optional[Tensor] = None,
                                scale: Optional[float] = None, **kwargs) -> Tuple[Tensor, Optional[Tensor]]:
     """transformers' recurrent gated delta rule (decode): the log-space decay and beta as given, in
-    gated_delta_rule_recurrent (on CUDA the register kernel's gate-form instances)."""
+    gated_delta_rule_recurrent (on CUDA the gate-form instances of its kernels)."""
     return fla.fused_recurrent_gated_delta_rule(query, key, value, g=g, beta=beta, scale=scale,
                                                 initial_state=initial_state, output_final_state=output_final_state,
                                                 use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,

@@ -190,8 +190,8 @@ def test_fla_api_on_cuda():
                                        output_final_state=True, cu_seqlens=cu.to(**dev))
     assert err_ratio(flat(o).cpu(), o_ref) <= 0.005
     assert err_ratio(ht.cpu(), h_ref) <= 0.005
-    # fused_recurrent with the same precomputed gates: the recurrent op (the register kernel's
-    # gate-form instance), within the recurrent threshold, the same bytes as that op's own call
+    # fused_recurrent with the same precomputed gates: the recurrent op (a gate-form instance of its
+    # kernels), within the recurrent threshold, the same bytes as that op's own call
     o_r, ht_r = fla.fused_recurrent_gated_delta_rule(*args[:3], g_log.to(**dev),
                                                      beta=torch.sigmoid(blog.float()).to(**dev),
                                                      use_qk_l2norm_in_kernel=True, initial_state=h0.to(**dev),

@@ -1,7 +1,7 @@
 // src/cuda/common/gates.cuh — a token's gates in every form of ops.h (RecurrentParams::gates), for
-// the kernels that take those forms (the register kernel's gate-form instances, the chunk kernel,
-// the deferred kernel) and, in the default form, for every recurrence kernel; and the loads of gate
-// inputs whose dtype is known only at run time.
+// the kernels that take those forms (the gate-form instances of the register, lean and pipelined
+// kernels, the chunk kernel, the deferred kernel) and, in the default form, for every recurrence
+// kernel; and the loads of gate inputs whose dtype is known only at run time.
 #pragma once
 #include "common/seq_rules.h"
 #include "cuda/common/params.h"

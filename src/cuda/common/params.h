@@ -94,9 +94,10 @@ struct RecurrentParams : StepParams {
   float scale = 1.f;
   bool early_meta = false;  // the register kernels read the metadata before pdl_start() (metadata_ready_early)
   // The primitive ops' gate and norm forms and the dtypes of a and b (FloatRef codes: 0 float32,
-  // 1 bfloat16, 2 float16); gdn_attention: the defaults, a and b in the activation dtype. The register
-  // kernel's gate-form instances, the chunk kernel and the deferred kernel read them; every other
-  // recurrence kernel runs the defaults only (default_gate_form), and the planner sends it nothing else.
+  // 1 bfloat16, 2 float16); gdn_attention: the defaults, a and b in the activation dtype. The
+  // gate-form instances of the register, lean and pipelined kernels, the chunk kernel and the deferred
+  // kernel read them; every other recurrence kernel and instance runs the defaults only
+  // (default_gate_form), and the planner sends it nothing else (plan::takes_gate_forms).
   // (Bytes that fit in the struct's tail padding: its size, and so the kernels' parameter offsets,
   // are those of the default form's fields alone.)
   GateForm gates;
@@ -109,7 +110,7 @@ constexpr int act_code() {
   return std::is_same_v<T, float> ? 0 : std::is_same_v<T, __half> ? 2 : 1;
 }
 // Whether p's gates are the default forms with a and b in the activation dtype TAct (what every
-// recurrence kernel takes; other forms only the register kernel's gate-form instances).
+// recurrence kernel takes; other forms only the gate-form instances).
 template <typename TAct>
 inline bool default_gate_form(const RecurrentParams& p) {
   return !p.gates.decay_given && !p.gates.beta_given && p.gates.l2norm && p.a_dtype == act_code<TAct>() &&

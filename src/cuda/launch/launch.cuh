@@ -15,12 +15,14 @@ namespace gdn::cuda {
 template <typename TAct, typename TS, int KP>
 class KernelFacts final : public plan::Facts {
  public:
-  KernelFacts(const RecurrentParams& p, int64_t nseq, bool fused, int dev, int sms)
-      : p_(p), nseq_(nseq), fused_(fused), dev_(dev), sms_(sms) {}
+  // forms: the launch takes the gate-form instances (Problem::gate_forms)
+  KernelFacts(const RecurrentParams& p, int64_t nseq, bool fused, bool forms, int dev, int sms)
+      : p_(p), nseq_(nseq), fused_(fused), forms_(forms), dev_(dev), sms_(sms) {}
   int sms() const override { return sms_; }
   int64_t pipelined_blocks(int kTok) const override {
-    return fused_ ? cuda::pipelined_blocks<TAct, TS, KP, true>(dev_, kTok)
-                  : cuda::pipelined_blocks<TAct, TS, KP, false>(dev_, kTok);
+    return fused_   ? cuda::pipelined_blocks<TAct, TS, KP, true>(dev_, kTok)
+           : forms_ ? cuda::pipelined_blocks<TAct, TS, KP, false, true>(dev_, kTok)
+                    : cuda::pipelined_blocks<TAct, TS, KP, false>(dev_, kTok);
   }
   bool cluster_resident(bool lean) const override {
     using Tr = RecTraits<TS, true, kFormLarge>;
@@ -33,7 +35,7 @@ class KernelFacts final : public plan::Facts {
  private:
   const RecurrentParams& p_;
   int64_t nseq_;
-  bool fused_;
+  bool fused_, forms_;
   int dev_, sms_;
 };
 
@@ -72,10 +74,10 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, plan::Override for
   GDN_RETURN_IF_ERROR(device_of(&dev, &major, &sms));
   auto go = [&](auto kp_tag) -> Status {
     constexpr int KP = decltype(kp_tag)::value;
-    const KernelFacts<TAct, TS, KP> facts(p, nseq, fused, dev, sms);
     const plan::Problem pb = plan_problem<TAct, TS, KP>(p, nseq, fused);
+    const KernelFacts<TAct, TS, KP> facts(p, nseq, fused, pb.gate_forms, dev, sms);
     const plan::Plan pl = plan::plan_launch(pb, major, facts, force);
-    if (pb.gate_forms && pl.path != plan::Path::kRegisterSmall && pl.path != plan::Path::kRegisterLarge)
+    if (pb.gate_forms && !plan::takes_gate_forms(pl.path))
       return Status::Error(std::string("internal: planned kernel ") + plan::path_name(pl.path) +
                            " does not take the gate forms of this launch");
     auto run = [&](auto fused_tag, auto form_tag) -> Status {
@@ -124,10 +126,11 @@ Status launch_recurrent(const RecurrentParams& p, bool fused, plan::Override for
       case plan::Path::kLean:
       case plan::Path::kLeanMore:
       case plan::Path::kLeanStaged:
-        if constexpr (KP == 128) return launch_lean<TAct, TS>(p, nseq, pb.spec, pl.path, stream);
+        if constexpr (KP == 128) return launch_lean<TAct, TS>(p, nseq, pb.spec, pl.path, pb.gate_forms, stream);
         break;
       case plan::Path::kPipelined:
-        return launch_pipelined<TAct, TS, KP, false>(p, pl, stream);
+        return pb.gate_forms ? launch_pipelined<TAct, TS, KP, false, true>(p, pl, stream)
+                             : launch_pipelined<TAct, TS, KP, false>(p, pl, stream);
       case plan::Path::kRegisterSmall:
         return run(F{}, Small{});
       case plan::Path::kRegisterMid:

@@ -123,10 +123,16 @@ struct LeanTraits {
 // the kNearCols after it, as resolve_seq does for the general kernels).
 constexpr int kLeanCols = 1 + kNearCols;
 // kMore: the instance with more resident blocks per SM (GDN_REC_LEAN_MB_MORE; lean_more chooses).
-template <typename TAct, typename TState, bool kSpec = false, bool kStaged = false, bool kMore = false>
+// kForms: the gate-form instance, which also takes the other gate and norm forms of ops.h
+// (RecurrentParams::gates, by the math of gates.cuh: a and b loaded in their own dtypes, runtime
+// switches for the gates and the l2 norms), as recurrent_kernel's; the other instances take the
+// default form only.
+template <typename TAct, typename TState, bool kSpec = false, bool kStaged = false, bool kMore = false,
+          bool kForms = false>
 __global__ void __launch_bounds__(32, LeanTraits<TState, kStaged>::min_blocks(kSpec, kMore))
     recurrent_lean_kernel(const __grid_constant__ RecurrentParams p) {
   using Tr = LeanTraits<TState, kStaged>;
+  const GateForm f = kForms ? p.gates : GateForm{};
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane;
   constexpr int EPL = Tr::kEPL, KP = L * EPL;
   const int lane = threadIdx.x, ln = lane % L;
@@ -204,9 +210,11 @@ __global__ void __launch_bounds__(32, LeanTraits<TState, kStaged>::min_blocks(kS
     for (int c = 0; c < Tr::kPasses; ++c) zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0 + c * R * G, ln);
     return;
   }
-  // A_log's and dt_bias's words (branch-free loads, in flight beside the state)
-  const uint32_t aw0 = load_param_word(p.A_log, hv, 0), aw1 = load_param_word(p.A_log, hv, 1);
-  const uint32_t dw0 = load_param_word(p.dt_bias, hv, 0), dw1 = load_param_word(p.dt_bias, hv, 1);
+  // A_log's and dt_bias's words (branch-free loads, in flight beside the state; none where the decay
+  // is given: both are absent then, and gate_values does not read A or dtb)
+  auto word = [&](const FloatRef& r, int w) { return f.decay_given ? 0u : load_param_word(r, hv, w); };
+  const uint32_t aw0 = word(p.A_log, 0), aw1 = word(p.A_log, 1);
+  const uint32_t dw0 = word(p.dt_bias, 0), dw1 = word(p.dt_bias, 1);
   const float A = -expf(p.A_log.from_bits(make_uint2(aw0, aw1))), dtb = p.dt_bias.from_bits(make_uint2(dw0, dw1));
   const int qo = h * KP + ln * EPL, vo = hv * p.V + row0, oo = vo + ln * G;  // offsets within a token's row
   // v of this lane's rows of pass c; token t's k^, q^ and gates (with v of pass c's rows)
@@ -219,9 +227,15 @@ __global__ void __launch_bounds__(32, LeanTraits<TState, kStaged>::min_blocks(kS
     load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + qo, qr);
     load_vec<TAct, EPL, false>(static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + qo, kr);
     load_v(row, c, vr);
-    const float av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
-    const float bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
-    return prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr);
+    float av, bv;
+    if constexpr (kForms) {  // a and b each in its own dtype
+      av = raw_float(gate_word(p, row, hv, 0), p.a_dtype);
+      bv = raw_float(gate_word(p, row, hv, 1), p.b_dtype);
+    } else {
+      av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
+      bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
+    }
+    return prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr, f);
   };
   // token t on pass c's rows: o, and a verify sequence's state into column t's slot
   auto step = [&](int t, int c, const float (&qr)[EPL], const float (&kr)[EPL], const float (&vr)[R], TokenGates tg) {
@@ -298,26 +312,32 @@ bool lean_applies(const RecurrentParams& p, bool spec) {
 }
 
 // One launch of the lean kernel: its verify or non-spec instance (spec), in the staged form (16-bit
-// state) or with more resident blocks, as planned.
-template <typename TAct, typename TS>
-Status launch_lean(const RecurrentParams& p, int64_t nseq, bool spec, plan::Path path, cudaStream_t stream) {
+// state) or with more resident blocks, as planned; forms: the gate-form instances.
+template <typename TAct, typename TS, bool kForms>
+Status launch_lean_as(const RecurrentParams& p, int64_t nseq, bool spec, plan::Path path, cudaStream_t stream) {
   if constexpr (sizeof(TS) == 2) {
     if (path == plan::Path::kLeanStaged) {
       const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS, true>::kRows), static_cast<unsigned>(p.HV),
                       static_cast<unsigned>(nseq));
-      return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true, true>
-                                              : recurrent_lean_kernel<TAct, TS, false, true>,
+      return Launch(grid, 32, 0, stream)(spec ? recurrent_lean_kernel<TAct, TS, true, true, false, kForms>
+                                              : recurrent_lean_kernel<TAct, TS, false, true, false, kForms>,
                                          p);
     }
   }
   const dim3 grid(static_cast<unsigned>(p.V / LeanTraits<TS>::kRows), static_cast<unsigned>(p.HV),
                   static_cast<unsigned>(nseq));
   const bool more = path == plan::Path::kLeanMore;
-  return Launch(grid, 32, 0, stream)(spec ? (more ? recurrent_lean_kernel<TAct, TS, true, false, true>
-                                                  : recurrent_lean_kernel<TAct, TS, true, false, false>)
-                                          : (more ? recurrent_lean_kernel<TAct, TS, false, false, true>
-                                                  : recurrent_lean_kernel<TAct, TS, false, false, false>),
+  return Launch(grid, 32, 0, stream)(spec ? (more ? recurrent_lean_kernel<TAct, TS, true, false, true, kForms>
+                                                  : recurrent_lean_kernel<TAct, TS, true, false, false, kForms>)
+                                          : (more ? recurrent_lean_kernel<TAct, TS, false, false, true, kForms>
+                                                  : recurrent_lean_kernel<TAct, TS, false, false, false, kForms>),
                                      p);
+}
+template <typename TAct, typename TS>
+Status launch_lean(const RecurrentParams& p, int64_t nseq, bool spec, plan::Path path, bool forms,
+                   cudaStream_t stream) {
+  return forms ? launch_lean_as<TAct, TS, true>(p, nseq, spec, path, stream)
+               : launch_lean_as<TAct, TS, false>(p, nseq, spec, path, stream);
 }
 
 // The lean kernel's part of the planner's problem (spec: the batch's group kind).

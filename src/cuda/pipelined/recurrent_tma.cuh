@@ -50,7 +50,7 @@ namespace gdn::cuda {
 // The producer warp: resolves 32 items at once (lane u: the block's item k0 + u: its metadata, gate
 // inputs, stage and copy sources), then issues them in order, one lane at a time. hold: waits for
 // the fused step's conv prologue (named barrier 2) after its first tg.early copies.
-template <typename TAct, typename TS, int KP, int kTok, bool kFused>
+template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kForms = false>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, bool hold, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
@@ -58,7 +58,8 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
   for (int k0 = 0; k0 < nk; k0 += 32) {
     TMA_T0(t_res);
     const int k = k0 + lane;
-    const TmaItem<TAct, kTok> it = k < nk ? resolve_item<TAct, TS, KP, kTok, kFused>(p, tg, k) : TmaItem<TAct, kTok>{};
+    const TmaItem<TAct, kTok> it =
+        k < nk ? resolve_item<TAct, TS, KP, kTok, kFused, false, kForms>(p, tg, k) : TmaItem<TAct, kTok>{};
     const TmaMeta<kTok>& m = it.m;
     const int st = k % tg.stages;
     const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
@@ -117,8 +118,9 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 
 // One item of a consumer warp (stage sb holds its tile and metadata): every token, in passes of
 // kPassRows rows. Fused: q, k, v of the first kTok tokens from the group buffer; tokens past them
-// (kLong: a sequence longer than kTok) convolved here from the qkvz rows.
-template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kLong>
+// (kLong: a sequence longer than kTok) convolved here from the qkvz rows. kForms: the gates in the
+// forms of p.gates (the gate-form instance; the producer loaded a and b in their own dtypes).
+template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kLong, bool kForms = false>
 __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, int k, const uint8_t* sb,
                                          const TAct* gbuf, int lane, long long* prof) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
@@ -126,6 +128,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
   const int ln = lane % L, grp = lane / L;
   const TmaMeta<kTok>& m = *reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta);
   const int flags = m.flags, hv = m.hv, h = hv / p.r;
+  const GateForm f = kForms ? p.gates : GateForm{};
   const GroupMeta& g = p.group[m.gi];
   const rules::TokenRange tr{m.begin, m.len};
   const int64_t out_rows = kFused ? p.src.num_actual_tokens : g.limit;
@@ -183,7 +186,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
       TMA_T0(t_in);
       first_qk(0, kr0, qr0);
       TMA_ADD(prof[0], t_in);
-      g0 = prep_regs<L, EPL>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0);
+      g0 = prep_regs<L, EPL>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0, f);
     }
     // 16-bit state, an item of one token with its state in the stage (decode, or a verify sequence
     // of one token): all of the item's rows at once, each row read from the stage twice (for S k^,
@@ -274,7 +277,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
             for (int e = 0; e < EPL; ++e) kr[e] = kr0[e], qr[e] = qr0[e];
           } else {
             first_qk(tt, kr, qr);
-            gates = prep_regs<L, EPL>(m.a[tt], m.b[tt], A, dtb, p.scale, kr, qr);
+            gates = prep_regs<L, EPL>(m.a[tt], m.b[tt], A, dtb, p.scale, kr, qr, f);
           }
         } else if constexpr (kFused) {  // past the first tokens (kLong only; else nt == ntok): conv and gates here
           if constexpr (!kLong) __builtin_unreachable();
@@ -286,12 +289,12 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
                                     p.scale, kr, qr);
         } else {  // past the staged tokens: straight from global memory
           row = global_row(g, tr.begin + t, out_rows);
-          const TokenSrc<TAct> x = token_src<TAct, KP>(p, row, h, hv, static_cast<int64_t>(hv) * p.V);
+          const TokenSrc<TAct> x = token_src<TAct, KP, kForms>(p, row, h, hv, static_cast<int64_t>(hv) * p.V);
           load_chunks<L, CH>(x.q, ln, qr);
           load_chunks<L, CH>(x.k, ln, kr);
 #pragma unroll
           for (int j = 0; j < R; ++j) vv[j] = to_float(x.v[row0 + j * G]);
-          gates = prep_regs<L, EPL>(x.a, x.b, A, dtb, p.scale, kr, qr);
+          gates = prep_regs<L, EPL>(x.a, x.b, A, dtb, p.scale, kr, qr, f);
         }
         TMA_T0(t_c);
         const float mine = recur_rows<L, G, R, EPL, true>(s, kr, qr, gates, [&](int j) { return vv[j]; }, ln);
@@ -320,7 +323,7 @@ struct ConsumerPos {
 // kLong: returns at the first item of a sequence longer than kTok (its stage still held), which
 // the kLong copy (tma_consume_long) then takes with every item after it: so the loop of decode and
 // verify batches carries neither the late tokens' conv nor a call.
-template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kLong>
+template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kLong, bool kForms = false>
 __device__ __forceinline__ ConsumerPos tma_consume_from(const RecurrentParams& p, TmaGrid tg, int nk,
                                                         const uint8_t* stages, uint64_t* full, uint64_t* empty,
                                                         const TAct* gbuf, uint64_t* gdone, uint64_t* gready,
@@ -344,7 +347,7 @@ __device__ __forceinline__ ConsumerPos tma_consume_from(const RecurrentParams& p
     const uint8_t* sb = stages + st * Lay::kStage;
     if constexpr (kFused && !kLong)
       if (reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta)->len > kTok) return ConsumerPos{k, st, phase};
-    tma_item<TAct, TS, KP, kTok, kFused, kLong>(p, tg, k, sb, gbuf, lane, prof);
+    tma_item<TAct, TS, KP, kTok, kFused, kLong, kForms>(p, tg, k, sb, gbuf, lane, prof);
     if constexpr (kFused) mbar_arrive(&gdone[(k / tg.group_items) % Lay::kGroupBufs]);  // done with the buffer
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
     st += Lay::kConsumers;
@@ -362,7 +365,7 @@ __device__ __noinline__ ConsumerPos tma_consume_long(const RecurrentParams& p, T
 }
 
 // A consumer warp: z first (fused), then its items.
-template <typename TAct, typename TS, int KP, int kTok, bool kFused>
+template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kForms = false>
 __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int nk, const uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, const TAct* gbuf, uint64_t* gdone,
                                             uint64_t* gready, int warp, int lane, long long* prof) {
@@ -373,17 +376,21 @@ __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg
     if (!tg.zc) copy_z<TAct, Lay::kConsumers * 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x);
   TMA_ADD(prof[0], t_z);
   ConsumerPos c{warp, warp, 0u};  // stages: a multiple of kConsumers (host)
-  c = tma_consume_from<TAct, TS, KP, kTok, kFused, false>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane,
-                                                          prof, c);
+  c = tma_consume_from<TAct, TS, KP, kTok, kFused, false, kForms>(p, tg, nk, stages, full, empty, gbuf, gdone, gready,
+                                                                  lane, prof, c);
   if constexpr (kFused)
     if (c.k < nk) tma_consume_long<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane, prof, c);
   if constexpr (GDN_TMA_BULK_STORE != 0)
     if (lane == 0) bulk_store_wait();
 }
 
-template <typename TAct, typename TS, int KP, int kTok, bool kFused>
+// kForms (the primitive op only): the gate-form instance, which also takes the other gate and norm
+// forms of ops.h (RecurrentParams::gates, by the math of gates.cuh), as recurrent_kernel's; the
+// other instances take the default form only.
+template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kForms = false>
 __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThreads, GDN_TMA_MB)
     recurrent_tma_kernel(const __grid_constant__ RecurrentParams p, const TmaGrid tg) {
+  static_assert(!(kFused && kForms), "gdn_attention's step computes its gates in the default form");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   pdl_start();
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
@@ -441,9 +448,10 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
       bar_arrive(2, Lay::kThreads);
     }
   if (warp == Lay::kConsumers) {
-    tma_produce<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, kFused && tg.pre > 0, lane, prof);
+    tma_produce<TAct, TS, KP, kTok, kFused, kForms>(p, tg, nk, stages, full, empty, kFused && tg.pre > 0, lane, prof);
   } else if (warp < Lay::kConsumers) {
-    tma_consume<TAct, TS, KP, kTok, kFused>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane, prof);
+    tma_consume<TAct, TS, KP, kTok, kFused, kForms>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane,
+                                                    prof);
   } else if constexpr (kFused) {
     const int cw = warp - Lay::kConsumers - 1;
     if (p.per_token_verify())  // the conv warp's per-token instance

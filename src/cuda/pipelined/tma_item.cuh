@@ -20,7 +20,9 @@ struct TmaItem {
 };
 // kConvOnly (fused: the conv warp and the prologue): only what the group's conv needs (sequence,
 // tokens, slots, flags), not the gate inputs, A, dt_bias, verify slots nor the copy sources.
-template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kConvOnly = false>
+// kForms (not fused): the gate-form instance's (a and b in their own dtypes; A_log and dt_bias
+// absent where the decay is given).
+template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kConvOnly = false, bool kForms = false>
 __device__ __forceinline__ TmaItem<TAct, kTok> resolve_item(const RecurrentParams& p, TmaGrid tg, int k) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   TmaItem<TAct, kTok> it;
@@ -48,8 +50,9 @@ __device__ __forceinline__ TmaItem<TAct, kTok> resolve_item(const RecurrentParam
   m.i = static_cast<int>(sq.i);
   const int hv = m.hv, h = hv / p.r;
   if constexpr (!kConvOnly) {
-    m.A = p.A_log(hv);  // raw here: its exp below, after the other loads are requested
-    m.dtb = p.dt_bias(hv);
+    const bool given = kForms && p.gates.decay_given;  // A_log and dt_bias absent
+    m.A = given ? 0.f : p.A_log(hv);  // raw here: its exp below, after the other loads are requested
+    m.dtb = given ? 0.f : p.dt_bias(hv);
   }
   const GroupMeta& g = p.group[m.gi];
   const SeqInfo si = resolve_seq(p, g, m.i, kFused);
@@ -76,7 +79,7 @@ __device__ __forceinline__ TmaItem<TAct, kTok> resolve_item(const RecurrentParam
           const TAct* ba = static_cast<const TAct*>(p.src.ba) + m.row[t] * p.src.ba_rs;
           m.a[t] = to_float(ba[p.src.proj.a_col(hv)]), m.b[t] = to_float(ba[p.src.proj.b_col(hv)]);
         } else {
-          const TokenSrc<TAct> x = token_src<TAct, KP>(p, m.row[t], h, hv, v0);
+          const TokenSrc<TAct> x = token_src<TAct, KP, kForms>(p, m.row[t], h, hv, v0);
           m.a[t] = x.a, m.b[t] = x.b;
           it.q[t] = x.q, it.k[t] = x.k, it.v[t] = x.v;
         }

@@ -17,7 +17,7 @@ struct TmaShape {
   bool ok = false;
   int stages = 0, smem = 0, blocks = 0;  // blocks: resident blocks on the whole device
 };
-template <typename TAct, typename TS, int KP, int kTok, bool kFused>
+template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kForms = false>
 TmaShape tma_shape(int dev) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   constexpr int kMaxDev = 64;
@@ -29,7 +29,7 @@ TmaShape tma_shape(int dev) {
   if (!known[dev]) {
     known[dev] = true;
     TmaShape s;
-    auto kernel = recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>;
+    auto kernel = recurrent_tma_kernel<TAct, TS, KP, kTok, kFused, kForms>;
     int major = 0, sms = 0, per_sm = 0;
     cudaFuncAttributes fa{};
     const int kb = kFused ? GDN_TMA_SMEM_KB_FUSED : GDN_TMA_SMEM_KB;
@@ -76,13 +76,15 @@ bool pipelined_ok(const RecurrentParams& p, int64_t nseq) {
   }
 }
 
-// Resident blocks of the pipelined instance for kTok staged tokens on device dev (0: it cannot run).
-template <typename TAct, typename TS, int KP, bool kFused>
+// Resident blocks of the pipelined instance for kTok staged tokens on device dev (0: it cannot run);
+// kForms: of its gate-form instance.
+template <typename TAct, typename TS, int KP, bool kFused, bool kForms = false>
 int64_t pipelined_blocks(int dev, int kTok) {
   if constexpr (KP != 128) {
     return 0;
   } else {
-    TmaShape sh = kTok == 1 && !kFused ? tma_shape<TAct, TS, KP, 1, kFused>(dev) : tma_shape<TAct, TS, KP, 4, kFused>(dev);
+    TmaShape sh = kTok == 1 && !kFused ? tma_shape<TAct, TS, KP, 1, kFused, kForms>(dev)
+                                       : tma_shape<TAct, TS, KP, 4, kFused, kForms>(dev);
     return sh.ok ? sh.blocks : 0;
   }
 }
@@ -101,8 +103,8 @@ void pipelined_problem(const RecurrentParams& p, plan::Problem& pb) {
 }
 
 // Launches the pipelined kernel as planned (pl.tok staged tokens, pl.blocks blocks; fused: with the
-// conv prologue for kStepPipelinedPrologue).
-template <typename TAct, typename TS, int KP, bool kFused>
+// conv prologue for kStepPipelinedPrologue); kForms (not fused): its gate-form instance.
+template <typename TAct, typename TS, int KP, bool kFused, bool kForms = false>
 Status launch_pipelined(const RecurrentParams& p, const plan::Plan& pl, cudaStream_t stream) {
   if constexpr (KP != 128) {
     return Status::Error("internal: the pipelined kernel planned for an instance it does not have");
@@ -112,7 +114,7 @@ Status launch_pipelined(const RecurrentParams& p, const plan::Plan& pl, cudaStre
       using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
       int dev = 0;
       GDN_CUDA_CHECK(cudaGetDevice(&dev));
-      const TmaShape sh = tma_shape<TAct, TS, KP, kTok, kFused>(dev);
+      const TmaShape sh = tma_shape<TAct, TS, KP, kTok, kFused, kForms>(dev);
       const int tiles = p.V / Lay::kItemRows;
       TmaGrid tg{tiles, sh.stages, p.r * tiles};
       if constexpr (kFused) {
@@ -131,7 +133,7 @@ Status launch_pipelined(const RecurrentParams& p, const plan::Plan& pl, cudaStre
         }
       }
       return Launch(static_cast<unsigned>(pl.blocks), Lay::kThreads, sh.smem, stream)(
-          recurrent_tma_kernel<TAct, TS, KP, kTok, kFused>, p, tg);
+          recurrent_tma_kernel<TAct, TS, KP, kTok, kFused, kForms>, p, tg);
     };
     if constexpr (!kFused)
       if (pl.tok == 1) return go(std::integral_constant<int, 1>{});

@@ -118,13 +118,14 @@ __device__ __forceinline__ void store_chunks(T* row, int ln, const float (&in)[E
   }
 }
 
-// Where token `row`'s inputs are for key head h and the value rows from v0 (= hv V + first row).
+// Where token `row`'s inputs are for key head h and the value rows from v0 (= hv V + first row),
+// and its gate inputs a, b (kForms: each in its own dtype, p.a_dtype and p.b_dtype; else in TAct).
 template <typename TAct>
 struct TokenSrc {
   const TAct *q, *k, *v;
   float a, b;
 };
-template <typename TAct, int KP>
+template <typename TAct, int KP, bool kForms = false>
 __device__ __forceinline__ TokenSrc<TAct> token_src(const RecurrentParams& p, int64_t row, int h, int hv,
                                                     int64_t v0) {
   TokenSrc<TAct> x;
@@ -132,8 +133,13 @@ __device__ __forceinline__ TokenSrc<TAct> token_src(const RecurrentParams& p, in
   x.q = static_cast<const TAct*>(p.src.q) + row * p.src.q_rs + static_cast<int64_t>(h) * KP;
   x.k = static_cast<const TAct*>(p.src.k) + row * p.src.k_rs + static_cast<int64_t>(h) * KP;
   x.v = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + v0;
-  x.a = to_float(gate_elem<TAct>(p, row, hv, 0));
-  x.b = to_float(gate_elem<TAct>(p, row, hv, 1));
+  if constexpr (kForms) {
+    x.a = raw_float(gate_word(p, row, hv, 0), p.a_dtype);
+    x.b = raw_float(gate_word(p, row, hv, 1), p.b_dtype);
+  } else {
+    x.a = to_float(gate_elem<TAct>(p, row, hv, 0));
+    x.b = to_float(gate_elem<TAct>(p, row, hv, 1));
+  }
   return x;
 }
 

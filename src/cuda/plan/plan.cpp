@@ -70,15 +70,13 @@ Plan pipelined(const Ctx& c, bool forced) {
 Plan plan_recurrent(const Ctx& c, Path force) {
   const Problem& p = c.p;
   const bool sixteen = p.state_bytes == 2;
-  const bool mid_ok = sixteen && p.K > 64 && p.K <= 128;     // the mid form: 16-bit, K padded to 128
-  const bool packed_ok = sixteen && p.K == 128 && p.dense;   // the packed kernel
+  // gate forms other than the default: the paths with gate-form instances (takes_gate_forms); the
+  // batches of the others take the choice that follows them
+  auto forms_ok = [&](Path path) { return !p.gate_forms || takes_gate_forms(path); };
+  const bool mid_ok = forms_ok(Path::kRegisterMid) && sixteen && p.K > 64 && p.K <= 128;  // 16-bit, K padded to 128
+  const bool packed_ok = forms_ok(Path::kPacked) && sixteen && p.K == 128 && p.dense;
   Plan pl;
   const bool small = c.le(p.seqheads(), sixteen ? c.t.register_small_16 : c.t.register_small_f32);
-  if (p.gate_forms) {  // the register kernel's gate-form instances, small or large shape
-    const bool forced = force == Path::kRegisterSmall || force == Path::kRegisterLarge;
-    pl.path = forced ? force : small ? Path::kRegisterSmall : Path::kRegisterLarge;
-    return pl;
-  }
   auto lean = [&](bool more, bool staged) {
     pl.path = staged ? Path::kLeanStaged : more ? Path::kLeanMore : Path::kLean;
     return pl;
@@ -211,6 +209,19 @@ bool parse_path(const char* s, Path* out) {
 bool is_step_path(Path p) { return p >= Path::kStepPipelined && p < Path::kCount; }
 bool is_chunk_path(Path p) { return p == Path::kChunk32 || p == Path::kChunk64 || p == Path::kChunkSplit; }
 bool is_deferred_path(Path p) { return p == Path::kDeferred || p == Path::kDeferredSmall; }
+bool takes_gate_forms(Path p) {
+  switch (p) {
+    case Path::kLean:
+    case Path::kLeanMore:
+    case Path::kLeanStaged:
+    case Path::kPipelined:
+    case Path::kRegisterSmall:
+    case Path::kRegisterLarge:
+      return true;
+    default:
+      return false;
+  }
+}
 
 DeferredPlan plan_deferred(const DeferredProblem& p, int cc_major, int sms, Override force) {
   const Tuning& t = tuning_for(cc_major);

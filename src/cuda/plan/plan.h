@@ -5,9 +5,10 @@
 //   primitive recurrence (gated_delta_rule_recurrent, _chunked):
 //     lean        one warp per 8 rows, nothing but the recurrence (decode and verify batches)
 //     pipelined   persistent sm_90 blocks, state tiles through a TMA ring (large batches)
-//     register    the general kernel: every shape, dtype, layout and metadata form, and (its
-//                 gate-form instances) every gate and norm form of ops.h
+//     register    the general kernel: every shape, dtype, layout and metadata form
 //     packed      16-bit state in packed pairs (large batches)
+//   the lean, pipelined and register kernels (its small and large shapes) also have gate-form
+//   instances, for every gate and norm form of ops.h (takes_gate_forms)
 //   chunk kernel (gated_delta_rule_chunked): chunks of 64 tokens on tensor cores (prefill batches)
 //   deferred commit (gated_delta_rule_recurrent with verify_log): the deferred kernel, by rows per block
 //   gdn_attention's step (conv + gates + norms + recurrence + conv pool + z):
@@ -54,6 +55,13 @@ bool parse_path(const char* s, Path* out);
 bool is_step_path(Path p);       // a path of gdn_attention's step
 bool is_chunk_path(Path p);      // a path of the chunk kernel (gated_delta_rule_chunked)
 bool is_deferred_path(Path p);   // a path of the deferred-commit kernel
+// Whether path p of the primitive recurrence has gate-form instances (Problem::gate_forms): lean,
+// lean_more, lean_staged, pipelined, register_small and register_large. register_mid and packed
+// have none: each serves a band of 16-bit batches of its own (small verify batches; one-token
+// batches between the lean kernel's bands and the pipelined kernel's range), where the register
+// kernel's large shape takes those forms instead, and instances of theirs would add code for those
+// bands alone.
+bool takes_gate_forms(Path p);
 
 // Kernel choice forced by the caller (internal: tests and benchmarks). Default: the planner's.
 struct Override {
@@ -71,9 +79,11 @@ struct Problem {
   bool verify_cols = false;  // a verify group has more than one state column
   bool dense = false;  // "vk" state, 16-byte aligned rows (vector loads)
   // Primitive recurrence: gate or norm forms other than the default (the log-space decay or beta
-  // given, no l2 norm, a or b in a dtype other than the activations'). Only the register kernel's
-  // gate-form instances take them, in its small or large shape (by the default form's batch
-  // threshold); a forced path other than those two leaves that choice.
+  // given, no l2 norm, a or b in a dtype other than the activations'). The paths with gate-form
+  // instances (takes_gate_forms) take them by the default form's rules; where the default form
+  // would take one without (register_mid, packed), the choice that follows it in the planner's
+  // order (the register kernel's large shape), and a forced path without them leaves the
+  // planner's choice.
   bool gate_forms = false;
   // Whether each family can take the launch at all (shapes, alignment, metadata forms, sm_90 code):
   bool lean_ok = false;        // every group of the batch's kind, int32 metadata, no remap, K = 128
