@@ -153,6 +153,34 @@ TEST(CheckMetadata, AttentionSlotsAndAcceptedCounts) {
   expect_metadata_error(e, {"sequence 0 has T = 4 tokens", "more than cols = 3 of spec_state_indices_tensor"});
 }
 
+// The deferred mode beside device buffers: check_metadata reads the replay counts on the host (they
+// must be host copies); the logs, accepted paths and token parents it does not read, so they stay on
+// the device with the buffers.
+TEST(CheckMetadata, DeferredAttentionHostCountsBesideDeviceBuffers) {
+  AttentionCase c;
+  const int64_t LC = 3, E = 8 + 4 + 2;  // log columns; K + V + 2 floats per logged token and value head
+  c.args.verify_log = c.pool.make(kF32, {6, LC, 4, E});
+  c.args.verify_log_out = c.pool.make(kF32, {6, LC, 4, E});
+  c.args.conv_log = c.pool.make(kF32, {6, LC, 48});
+  c.args.conv_log_out = c.pool.make(kF32, {6, LC, 48});
+  c.args.non_spec_num_accepted_tokens = c.pool.ints(kI32, {2}, {0, 2});
+  c.args.non_spec_accepted_path = c.pool.ints(kI32, {2, LC}, {0, 1, 2, 0, 1, 2});
+  c.args.spec_accepted_path = c.pool.ints(kI32, {1, LC}, {0, 1, 2});
+  c.args.spec_token_parents = c.pool.ints(kI32, {2}, {-1, 0});
+  GDN_ASSERT_VALID(c);
+  for (TensorView* t : {&c.args.core_attn_out, &c.args.z, &c.args.projected_states_qkvz, &c.args.projected_states_ba,
+                        &c.args.conv_state, &c.args.ssm_state, &c.args.conv_weights, &c.args.conv_bias, &c.args.A_log,
+                        &c.args.dt_bias, &c.args.verify_log, &c.args.verify_log_out, &c.args.conv_log,
+                        &c.args.conv_log_out, &c.args.non_spec_accepted_path, &c.args.spec_accepted_path,
+                        &c.args.spec_token_parents}) {
+    t->device = Device::kCUDA;
+  }
+  expect_metadata_ok(c);
+  c.args.non_spec_num_accepted_tokens.device = Device::kCUDA;
+  expect_metadata_error(c, {"gdn_attention: check_metadata reads non_spec_num_accepted_tokens on the host",
+                            "must be on cpu"});
+}
+
 TEST(CheckMetadata, StridedIndexTensorsAreReadByStride) {
   ConvFwdCase c;
   // Slots in every other element of a longer buffer: [0, x, 3, x, 9, x] read as [0, 3, 9].

@@ -231,6 +231,9 @@ Status ModelRunner::attention(size_t l, const Batch& b) {
   if (opt_.check_metadata) {
     GdnAttentionArgs h = a;
     set_metadata(h, b, host_meta(b));
+    // the deferred mode's replay counts too (check_metadata reads them; paths and parents it does not)
+    if (a.non_spec_num_accepted_tokens.present())
+      h.non_spec_num_accepted_tokens = host_view(b.ns_replay, DType::kInt32, {nn});
     const Status s = check_metadata(h);
     if (!s.ok()) return Status::Error("demo engine sent invalid metadata (layer " + str(l) + "): " + s.message());
   }
