@@ -187,46 +187,8 @@ TEST_P(CudaDeferredAttention, HostileMetadataMatchesTheCpu) {
     fill_normal(p.conv_pool, r, 1.0);
     fill_normal(p.ssm_pool, r, 0.3);
     constexpr int64_t kLog = 3;
-    const std::vector<int64_t> lens = {r.randint(1, 6), 1, r.randint(1, 5), r.randint(1, 5), 0};
-    const int64_t rows = lens[0] + lens[1] + lens[2] + lens[3];
-    const std::vector<int64_t> perm = random_perm(rows, r);
-    auto garbage = [&]() -> int64_t {
-      switch (r.randint(0, 4)) {
-        case 0: return -1 - r.randint(0, 1000);
-        case 1: return 1000000 + r.randint(0, 1000);
-        case 2: return int64_t{1} << 40;
-        default: return r.randint(-2, 4);
-      }
-    };
-    int64_t next = 0;
-    for (int64_t i = 0; i < 5; ++i) {  // 0, 1: non-spec (0 without initial state); 2..4 verify (4: no tokens)
-      AttnSeq s;
-      for (int64_t t = 0; t < lens[i]; ++t) s.rows.push_back(perm[next++]);
-      s.spec = i >= 2;
-      if (s.spec) {
-        s.cols = {i};
-        s.nacc = garbage();
-      } else {
-        s.slot = i;
-        s.has_init = i == 1;
-      }
-      p.seqs.push_back(s);
-    }
-    p.rows_alloc = p.num_actual = rows;
-    build_meta(p);
-    p.qkvz = Buf(p.act, {rows, p.qkvz_width()});
-    p.ba = Buf(p.act, {rows, 2 * p.HV});
-    fill_normal(p.qkvz, r, 1.0);
-    fill_normal(p.ba, r, 1.0);
-    std::vector<int64_t> ns_replay = {garbage(), garbage()}, parents(rows + 4);
-    for (int64_t& v : parents) v = garbage();
-    std::vector<std::vector<int64_t>> sp_path(3, std::vector<int64_t>(kLog)), ns_path(2, std::vector<int64_t>(kLog));
-    for (auto* m : {&sp_path, &ns_path})
-      for (auto& row : *m)
-        for (int64_t& v : row) v = garbage();
-    Buf ns_b = index_buf(ns_replay, DType::kInt64), par_b = index_buf(parents, DType::kInt64);
-    Buf sp_b = index_buf2(sp_path, kLog, DType::kInt64), nsp_b = index_buf2(ns_path, kLog, DType::kInt64);
-    const Extra x{&ns_b, &nsp_b, &sp_b, &par_b};
+    HostileIndex hx = hostile_deferred_batch(p, r, kLog);
+    const Extra x{&hx.ns_replay, &hx.ns_path, &hx.sp_path, &hx.parents};
     Side cpu = make_side(p, kLog, r), gpu = cpu;
     const Side before = gpu;
     Out oc, og;

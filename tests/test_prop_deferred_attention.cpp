@@ -11,7 +11,7 @@
 //     (depth 4, beside a second sequence): each node's core_attn_out row equals the last row of a
 //     linear verify of its root-to-node path (the path's tokens at their global rows) from the same
 //     committed state, conv windows taken along the path.
-#include "prop_attention.h"
+#include "prop_deferred_attention.h"
 
 namespace gdn::prop {
 namespace {
@@ -252,46 +252,7 @@ TEST(PropDeferredAttentionHostile, GarbageCountsPathsAndParentsStayInBounds) {
       fill_normal(logs.rec[k], r, 0.5);
       fill_normal(logs.conv[k], r, 0.5);
     }
-    std::vector<int64_t> lens = {r.randint(1, 6), 1, r.randint(1, 5), r.randint(1, 5), 0};
-    const int64_t rows = lens[0] + lens[1] + lens[2] + lens[3];
-    const std::vector<int64_t> perm = random_perm(rows, r);
-    int64_t next = 0;
-    auto garbage = [&]() -> int64_t {
-      switch (r.randint(0, 4)) {
-        case 0: return -1 - r.randint(0, 1000);
-        case 1: return 1000000 + r.randint(0, 1000);
-        case 2: return int64_t{1} << 40;
-        default: return r.randint(-2, 4);
-      }
-    };
-    for (int64_t i = 0; i < 5; ++i) {
-      AttnSeq s;
-      for (int64_t t = 0; t < lens[i]; ++t) s.rows.push_back(perm[next++]);
-      s.spec = i >= 2;
-      if (s.spec) {
-        s.cols = {i};
-        s.nacc = garbage();
-      } else {
-        s.slot = i;
-        s.has_init = i == 1;
-      }
-      p.seqs.push_back(s);
-    }
-    p.index_dtype = DType::kInt64;  // room for the huge values
-    p.rows_alloc = p.num_actual = rows;
-    build_meta(p);
-    p.qkvz = Buf(p.act, {rows, p.qkvz_width()});
-    p.ba = Buf(p.act, {rows, 2 * p.HV});
-    fill_normal(p.qkvz, r, 1.0);
-    fill_normal(p.ba, r, 1.0);
-    std::vector<int64_t> ns_replay = {garbage(), garbage()}, parents(rows + 4);
-    for (int64_t& x : parents) x = garbage();
-    std::vector<std::vector<int64_t>> sp_path(3, std::vector<int64_t>(kLog)), ns_path(2, std::vector<int64_t>(kLog));
-    for (auto* m : {&sp_path, &ns_path})
-      for (auto& row : *m)
-        for (int64_t& x : row) x = garbage();
-    Buf ns_buf = index_buf(ns_replay, DType::kInt64), par_buf = index_buf(parents, DType::kInt64);
-    Buf sp_pbuf = index_buf2(sp_path, kLog, DType::kInt64), ns_pbuf = index_buf2(ns_path, kLog, DType::kInt64);
+    HostileIndex hx = hostile_deferred_batch(p, r, kLog);
     const Buf conv0 = p.conv_pool, ssm0 = p.ssm_pool, rec_out0 = logs.rec[1], conv_out0 = logs.conv[1];
     Buf core, z;
     make_outputs(p, &core, &z, 0);
@@ -300,10 +261,10 @@ TEST(PropDeferredAttentionHostile, GarbageCountsPathsAndParentsStayInBounds) {
     a.verify_log_out = logs.rec[1].view();
     a.conv_log = logs.conv[0].view();
     a.conv_log_out = logs.conv[1].view();
-    a.non_spec_num_accepted_tokens = ns_buf.view();
-    a.spec_token_parents = par_buf.view();
-    a.spec_accepted_path = sp_pbuf.view();
-    a.non_spec_accepted_path = ns_pbuf.view();
+    a.non_spec_num_accepted_tokens = hx.ns_replay.view();
+    a.spec_token_parents = hx.parents.view();
+    a.spec_accepted_path = hx.sp_path.view();
+    a.non_spec_accepted_path = hx.ns_path.view();
     PROP_ASSERT_OK(capture::run_on(Backend::kCPU, a));
     for (int64_t s = 5; s < p.num_slots; ++s) {
       EXPECT_EQ(bit_diff(p.conv_pool, s * p.conv_pool.row_elems(), conv0, s * conv0.row_elems(), conv0.row_elems()), "")

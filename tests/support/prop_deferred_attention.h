@@ -1,7 +1,7 @@
 // tests/support/prop_deferred_attention.h — gdn_attention's deferred-commit mode (docs/contract.md
-// §7) for the CUDA tests: one backend's pools and logs along a trajectory, a step on a backend, and
-// the comparison of a device step with the CPU's (every output, what must stay untouched). Test
-// code only.
+// §7) for its tests: a hostile batch, one backend's pools and logs along a trajectory, a step on a
+// backend, and the comparison of a device step with the CPU's (every output, what must stay
+// untouched). Test code only.
 #pragma once
 #include <algorithm>
 #include <string>
@@ -11,6 +11,57 @@
 #include "prop_deferred.h"
 
 namespace gdn::prop {
+
+// The hostile batch of the deferred mode's metadata tests: sequences 0 and 1 non-spec (0 without an
+// initial state), 2..4 verify (4 without tokens) on shuffled rows, int64 metadata; the verify
+// sequences' accepted counts, the non-spec replay counts, both groups' accepted paths (log_cols
+// columns) and the token parents are garbage (negative, past the log, 2^40, or small values).
+// p: parameters and pools allocated, num_slots >= 5. Returns the four index tensors.
+struct HostileIndex {
+  Buf ns_replay, ns_path, sp_path, parents;
+};
+inline HostileIndex hostile_deferred_batch(AttnProblem& p, Rng& r, int64_t log_cols) {
+  const std::vector<int64_t> lens = {r.randint(1, 6), 1, r.randint(1, 5), r.randint(1, 5), 0};
+  const int64_t rows = lens[0] + lens[1] + lens[2] + lens[3];
+  const std::vector<int64_t> perm = random_perm(rows, r);
+  auto garbage = [&]() -> int64_t {
+    switch (r.randint(0, 4)) {
+      case 0: return -1 - r.randint(0, 1000);
+      case 1: return 1000000 + r.randint(0, 1000);
+      case 2: return int64_t{1} << 40;
+      default: return r.randint(-2, 4);
+    }
+  };
+  int64_t next = 0;
+  for (int64_t i = 0; i < 5; ++i) {
+    AttnSeq s;
+    for (int64_t t = 0; t < lens[i]; ++t) s.rows.push_back(perm[next++]);
+    s.spec = i >= 2;
+    if (s.spec) {
+      s.cols = {i};
+      s.nacc = garbage();
+    } else {
+      s.slot = i;
+      s.has_init = i == 1;
+    }
+    p.seqs.push_back(s);
+  }
+  p.index_dtype = DType::kInt64;  // room for the huge values
+  p.rows_alloc = p.num_actual = rows;
+  build_meta(p);
+  p.qkvz = Buf(p.act, {rows, p.qkvz_width()});
+  p.ba = Buf(p.act, {rows, 2 * p.HV});
+  fill_normal(p.qkvz, r, 1.0);
+  fill_normal(p.ba, r, 1.0);
+  std::vector<int64_t> ns_replay = {garbage(), garbage()}, parents(rows + 4);
+  for (int64_t& v : parents) v = garbage();
+  std::vector<std::vector<int64_t>> sp_path(3, std::vector<int64_t>(log_cols)), ns_path(2, std::vector<int64_t>(log_cols));
+  for (auto* m : {&sp_path, &ns_path})
+    for (auto& row : *m)
+      for (int64_t& v : row) v = garbage();
+  return HostileIndex{index_buf(ns_replay, DType::kInt64), index_buf2(ns_path, log_cols, DType::kInt64),
+                      index_buf2(sp_path, log_cols, DType::kInt64), index_buf(parents, DType::kInt64)};
+}
 
 inline double out_tol(DType act, DType ssm) { return act == DType::kFloat32 && ssm == DType::kFloat32 ? 1e-5 : 1e-2; }
 
