@@ -248,13 +248,7 @@ TEST_P(CudaDeferred, IdenticalBytesRunAfterRun) {
   }
 }
 
-std::vector<Backend> cuda_backends() {
-  std::vector<Backend> v;
-  for (Backend b : capture::test_backends(capture::Ops::kDeferred))
-    if (b.cuda()) v.push_back(b);
-  return v;
-}
-INSTANTIATE_TEST_SUITE_P(Cuda, CudaDeferred, ::testing::ValuesIn(cuda_backends()),
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaDeferred, ::testing::ValuesIn(cuda_deferred_backends()),
                          [](const ::testing::TestParamInfo<Backend>& i) { return capture::backend_name(i.param); });
 
 }  // namespace

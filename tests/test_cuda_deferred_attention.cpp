@@ -180,14 +180,8 @@ TEST_P(CudaDeferredAttention, HostileMetadataMatchesTheCpu) {
   for (int trial = 0; trial < 6; ++trial) {
     SCOPED_TRACE(::testing::Message() << "trial " << trial);
     AttnProblem p;
-    p.act = DType::kFloat32; p.ssm_dtype = DType::kFloat32; p.cols = 1; p.index_dtype = DType::kInt64;
-    p.conv_layout = SpecConvLayout::kPerToken; p.conv_rows_extra = 0;
-    p.num_slots = 8;  // sequences use slots 0..4; 5..7 must stay untouched
-    alloc_params_and_pools(p, r);
-    fill_normal(p.conv_pool, r, 1.0);
-    fill_normal(p.ssm_pool, r, 0.3);
     constexpr int64_t kLog = 3;
-    HostileIndex hx = hostile_deferred_batch(p, r, kLog);
+    HostileIndex hx = hostile_deferred_batch(p, r, kLog);  // slots 5..7 must stay untouched
     const Extra x{&hx.ns_replay, &hx.ns_path, &hx.sp_path, &hx.parents};
     Side cpu = make_side(p, kLog, r), gpu = cpu;
     const Side before = gpu;
@@ -257,6 +251,16 @@ TreeRun run_tree(Backend be, const TreeCase& c, std::vector<AttnSeq> seqs, const
   return t;
 }
 
+// Every output, the committed state and window and the logs written: the same bytes in runs a and b.
+void expect_same_bytes(const TreeRun& a, const TreeRun& b, const char* what) {
+  EXPECT_EQ(byte_diff(a.out.core, b.out.core), "") << what << ": core_attn_out";
+  EXPECT_EQ(byte_diff(a.out.z, b.out.z), "") << what << ": z";
+  EXPECT_EQ(byte_diff(a.side.ssm, b.side.ssm), "") << what << ": ssm_state (committed)";
+  EXPECT_EQ(byte_diff(a.side.conv, b.side.conv), "") << what << ": conv_state (committed window)";
+  EXPECT_EQ(byte_diff(a.side.rec[1], b.side.rec[1]), "") << what << ": verify_log_out";
+  EXPECT_EQ(byte_diff(a.side.cvl[1], b.side.cvl[1]), "") << what << ": conv_log_out";
+}
+
 TEST_P(CudaDeferredAttention, TreeNodesEqualTheirPaths) {
   const Backend be = GetParam();
   PROP_SKIP_IF_UNAVAILABLE(be);
@@ -281,12 +285,8 @@ TEST_P(CudaDeferredAttention, TreeNodesEqualTheirPaths) {
   std::vector<int64_t> chain;  // a chain-shaped tree is linear verify, byte for byte
   for (int64_t t = 0; t < 9; ++t) chain.push_back(t - 1);
   chain.insert(chain.end(), {-1, 0});
-  const TreeRun ct = run_tree(be, c, {c.s0, c.s1}, &chain), cl = run_tree(be, c, {c.s0, c.s1}, nullptr);
-  EXPECT_EQ(byte_diff(ct.out.core, cl.out.core), "") << "chain-shaped tree: core_attn_out";
-  EXPECT_EQ(byte_diff(ct.side.ssm, cl.side.ssm), "") << "chain-shaped tree: committed state";
-  EXPECT_EQ(byte_diff(ct.side.conv, cl.side.conv), "") << "chain-shaped tree: conv window";
-  EXPECT_EQ(byte_diff(ct.side.rec[1], cl.side.rec[1]), "") << "chain-shaped tree: verify_log_out";
-  EXPECT_EQ(byte_diff(ct.side.cvl[1], cl.side.cvl[1]), "") << "chain-shaped tree: conv_log_out";
+  expect_same_bytes(run_tree(be, c, {c.s0, c.s1}, &chain), run_tree(be, c, {c.s0, c.s1}, nullptr),
+                    "chain-shaped tree against linear verify");
 }
 
 TEST_P(CudaDeferredAttention, IdenticalBytesRunAfterRun) {
@@ -296,22 +296,11 @@ TEST_P(CudaDeferredAttention, IdenticalBytesRunAfterRun) {
   const TreeCase c = make_tree_case(r);
   std::vector<int64_t> parents = kTree;
   parents.insert(parents.end(), {-1, 0});
-  const TreeRun a = run_tree(be, c, {c.s0, c.s1}, &parents), b = run_tree(be, c, {c.s0, c.s1}, &parents);
-  EXPECT_EQ(byte_diff(a.out.core, b.out.core), "") << "core_attn_out";
-  EXPECT_EQ(byte_diff(a.out.z, b.out.z), "") << "z";
-  EXPECT_EQ(byte_diff(a.side.ssm, b.side.ssm), "") << "ssm_state";
-  EXPECT_EQ(byte_diff(a.side.conv, b.side.conv), "") << "conv_state";
-  EXPECT_EQ(byte_diff(a.side.rec[1], b.side.rec[1]), "") << "verify_log_out";
-  EXPECT_EQ(byte_diff(a.side.cvl[1], b.side.cvl[1]), "") << "conv_log_out";
+  expect_same_bytes(run_tree(be, c, {c.s0, c.s1}, &parents), run_tree(be, c, {c.s0, c.s1}, &parents),
+                    "the same call twice");
 }
 
-std::vector<Backend> cuda_backends() {
-  std::vector<Backend> v;
-  for (Backend b : capture::test_backends(capture::Ops::kDeferred))
-    if (b.cuda()) v.push_back(b);
-  return v;
-}
-INSTANTIATE_TEST_SUITE_P(Cuda, CudaDeferredAttention, ::testing::ValuesIn(cuda_backends()),
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaDeferredAttention, ::testing::ValuesIn(cuda_deferred_backends()),
                          [](const ::testing::TestParamInfo<Backend>& i) { return capture::backend_name(i.param); });
 
 }  // namespace

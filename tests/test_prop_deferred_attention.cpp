@@ -240,19 +240,13 @@ TEST(PropDeferredAttentionHostile, GarbageCountsPathsAndParentsStayInBounds) {
   for (int trial = 0; trial < 6; ++trial) {
     SCOPED_TRACE(::testing::Message() << "trial " << trial);
     AttnProblem p;
-    p.act = DType::kFloat32; p.ssm_dtype = DType::kFloat32; p.cols = 1;
-    p.conv_layout = SpecConvLayout::kPerToken; p.conv_rows_extra = 0;
-    p.num_slots = 8;  // sequences use slots 0..4; 5..7 must stay untouched
-    alloc_params_and_pools(p, r);
-    fill_normal(p.conv_pool, r, 1.0);
-    fill_normal(p.ssm_pool, r, 0.3);
     const int64_t kLog = 3;
+    HostileIndex hx = hostile_deferred_batch(p, r, kLog);  // slots 5..7 must stay untouched
     Logs logs = make_logs(p, p.num_slots, kLog);
     for (int k = 0; k < 2; ++k) {
       fill_normal(logs.rec[k], r, 0.5);
       fill_normal(logs.conv[k], r, 0.5);
     }
-    HostileIndex hx = hostile_deferred_batch(p, r, kLog);
     const Buf conv0 = p.conv_pool, ssm0 = p.ssm_pool, rec_out0 = logs.rec[1], conv_out0 = logs.conv[1];
     Buf core, z;
     make_outputs(p, &core, &z, 0);

@@ -9,6 +9,14 @@
 
 namespace gdn::prop {
 
+// The CUDA backends (kernel paths) of the deferred-commit tests: the parameter axis of their suites.
+inline std::vector<Backend> cuda_deferred_backends() {
+  std::vector<Backend> v;
+  for (Backend b : capture::test_backends(capture::Ops::kDeferred))
+    if (b.cuda()) v.push_back(b);
+  return v;
+}
+
 // A log [slots, cols, HV, K + V + 2], float32 zeros.
 inline Buf deferred_log(int64_t slots, int64_t cols, int64_t HV, int64_t K, int64_t V) {
   Buf b(DType::kFloat32, {slots, cols, HV, K + V + 2});

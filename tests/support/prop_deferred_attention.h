@@ -16,11 +16,21 @@ namespace gdn::prop {
 // initial state), 2..4 verify (4 without tokens) on shuffled rows, int64 metadata; the verify
 // sequences' accepted counts, the non-spec replay counts, both groups' accepted paths (log_cols
 // columns) and the token parents are garbage (negative, past the log, 2^40, or small values).
-// p: parameters and pools allocated, num_slots >= 5. Returns the four index tensors.
+// p: a fresh problem; float32 activations and state, eight slots (5..7 named by no sequence), the
+// pools filled with random values. Returns the four index tensors.
 struct HostileIndex {
   Buf ns_replay, ns_path, sp_path, parents;
 };
 inline HostileIndex hostile_deferred_batch(AttnProblem& p, Rng& r, int64_t log_cols) {
+  p.act = DType::kFloat32;
+  p.ssm_dtype = DType::kFloat32;
+  p.cols = 1;
+  p.conv_layout = SpecConvLayout::kPerToken;
+  p.conv_rows_extra = 0;
+  p.num_slots = 8;
+  alloc_params_and_pools(p, r);
+  fill_normal(p.conv_pool, r, 1.0);
+  fill_normal(p.ssm_pool, r, 0.3);
   const std::vector<int64_t> lens = {r.randint(1, 6), 1, r.randint(1, 5), r.randint(1, 5), 0};
   const int64_t rows = lens[0] + lens[1] + lens[2] + lens[3];
   const std::vector<int64_t> perm = random_perm(rows, r);
