@@ -1,0 +1,405 @@
+// The wgmma primitives (src/cuda/common/wgmma.cuh) against a double-precision reference on the host.
+// Compiled for sm_90a only (its own target in tests/CMakeLists.txt); the device cases skip without a
+// compute capability 9.0 device, the host cases (descriptor bits, layouts, fragment map) always run.
+//   Cuda/CudaWgmma.MatchesReference/<type>_N<N>_<layout>_k<steps>: one warpgroup (one block of 128
+//     threads) computes D[64 x N] = A[64 x 16 steps] B[N x 16 steps]^T (+ C) with `steps` chained
+//     wgmma.mma_async m64nNk16 (k16 step s reads K columns 16 s .. 16 s + 15 through its own pair of
+//     descriptors), A and B K-major in shared memory, written with plain stores through the layout's
+//     offset function (128-byte swizzle, or no swizzle), all remaining 16-bit words of the tiles NaN.
+//     bf16 and fp16, N = 64 and 128, 1, 2, 4 and 8 steps (8: two 64-column K blocks of the swizzled
+//     tile). Each case runs five launches:
+//       accumulate  D = C + A B^T, C loaded into the accumulators through acc_row / acc_col, every
+//                   step with the accumulate predicate true;
+//       overwrite   the predicate false on the first step (the accumulators hold C, which must vanish);
+//       groups      as accumulate, each step committed as its own group, then wait<1>, wait<0>;
+//     the first two with random 16-bit values in [-2, 2) and with small integers (k / 4, |k| <= 8).
+//   Tolerance: integer data is exact in float32 whatever the order or rounding of the accumulation
+//   (every partial sum is a multiple of 1/16 below 2^10), so D must equal the reference exactly. Random
+//   data: the products of two 16-bit values are exact in float32, the sums round: |D - ref| <=
+//   1e-5 (|C| + sum_k |a b|) per element (float32 accumulation over at most 8 chained k16 steps stays
+//   near 1e-7 of that sum; a misplaced element or a wrong fragment map is of the order of one product,
+//   about 1e-2 of it). The largest error seen is printed.
+//   CudaWgmmaHost.*: the descriptor's bit fields, the layouts' offsets (one slot per element, the
+//   128-byte swizzle equal to the address-bit XOR form), the fragment map covering 64 x N once.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/common/wgmma.cuh"
+
+namespace {
+namespace wg = gdn::cuda::wgmma;
+
+enum class Layout { kSw128, kInterleave };
+enum class Mode { kAccumulate, kOverwrite, kGroups };
+
+constexpr int kM = 64;
+
+__host__ __device__ constexpr uint32_t tile_bytes(Layout l, int rows, int kdim) {
+  return l == Layout::kSw128 ? wg::sw128_bytes(rows, kdim) : wg::interleave_bytes(rows, kdim);
+}
+#if GDN_WGMMA_ENABLED  // (device code only: referenced by the kernel's sm_90a body)
+__device__ constexpr uint32_t tile_offset(Layout l, int rows, int kdim, int row, int k) {
+  return l == Layout::kSw128 ? wg::sw128_offset(rows, row, k) : wg::interleave_offset(kdim, row, k);
+}
+__device__ constexpr uint64_t tile_desc(Layout l, uint32_t addr, int rows, int kdim, int step) {
+  return l == Layout::kSw128 ? wg::sw128_desc(addr, rows, step) : wg::interleave_desc(addr, kdim, step);
+}
+#endif
+// Dynamic shared memory of a launch: both tiles and up to 1023 bytes to align the base to 1024.
+constexpr size_t smem_bytes(Layout l, int n, int steps) {
+  return tile_bytes(l, kM, 16 * steps) + tile_bytes(l, n, 16 * steps) + 1024;
+}
+
+// status: 0 ok, 1 built without sm_90a code (never launched then), 2 shared base misaligned.
+// STEPS k16 steps, unrolled (straight-line wgmmas, as the kernels will issue them).
+template <typename T, int N, Layout L, int STEPS>
+__global__ void __launch_bounds__(128, 1)
+    wgmma_kernel(const uint16_t* a, const uint16_t* b, const float* c, float* d, int mode, int* status) {
+#if GDN_WGMMA_ENABLED
+  extern __shared__ unsigned char smem_raw[];
+  const int t = threadIdx.x;
+  constexpr int kdim = 16 * STEPS;
+  const uint32_t raw = gdn::cuda::mma::smem_u32(smem_raw);
+  unsigned char* const tile_a = smem_raw + ((1024u - (raw & 1023u)) & 1023u);
+  unsigned char* const tile_b = tile_a + tile_bytes(L, kM, kdim);
+  const uint32_t addr_a = gdn::cuda::mma::smem_u32(tile_a), addr_b = gdn::cuda::mma::smem_u32(tile_b);
+  if ((addr_a & 1023u) != 0 || (addr_b & 1023u) != 0) {
+    if (t == 0) *status = 2;
+    return;
+  }
+  // every 16-bit word NaN, then the elements through the layout's offsets
+  const uint32_t words = (tile_bytes(L, kM, kdim) + tile_bytes(L, N, kdim)) / 2;
+  for (uint32_t w = t; w < words; w += 128) reinterpret_cast<uint16_t*>(tile_a)[w] = 0x7FFF;
+  __syncthreads();
+  for (int e = t; e < kM * kdim; e += 128)
+    *reinterpret_cast<uint16_t*>(tile_a + tile_offset(L, kM, kdim, e / kdim, e % kdim)) = a[e];
+  for (int e = t; e < N * kdim; e += 128)
+    *reinterpret_cast<uint16_t*>(tile_b + tile_offset(L, N, kdim, e / kdim, e % kdim)) = b[e];
+  wg::fence_proxy_async();  // the plain stores above, visible to the async proxy (wgmma's reads)
+  __syncthreads();
+
+  float acc[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) acc[i] = c[wg::acc_row(t, i) * N + wg::acc_col(t, i)];
+  wg::fence_operand(acc);
+  if (mode == static_cast<int>(Mode::kGroups)) {
+    wg::fence();  // (inside each branch: a branch between the fence and the wgmma makes ptxas add one)
+#pragma unroll
+    for (int s = 0; s < STEPS; ++s) {
+      wg::mma<T, N>(acc, tile_desc(L, addr_a, kM, kdim, s), tile_desc(L, addr_b, N, kdim, s), true);
+      wg::commit();
+    }
+    wg::wait<1>();  // the last step's group may still be running here
+  } else {
+    const bool overwrite = mode == static_cast<int>(Mode::kOverwrite);
+    wg::fence();
+#pragma unroll
+    for (int s = 0; s < STEPS; ++s)
+      wg::mma<T, N>(acc, tile_desc(L, addr_a, kM, kdim, s), tile_desc(L, addr_b, N, kdim, s), !(overwrite && s == 0));
+    wg::commit();
+  }
+  wg::wait<0>();
+  wg::fence_operand(acc);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d[wg::acc_row(t, i) * N + wg::acc_col(t, i)] = acc[i];
+#else
+  if (threadIdx.x == 0) *status = 1;
+#endif
+}
+
+// ---- host side ----
+
+template <typename T>
+uint16_t to_bits(float x) {
+  T h;
+  if constexpr (std::is_same_v<T, __half>) {
+    h = __float2half_rn(x);
+  } else {
+    h = __float2bfloat16_rn(x);
+  }
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+template <typename T>
+float from_bits(uint16_t u) {
+  T h;
+  std::memcpy(&h, &u, 2);
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(h);
+  } else {
+    return __bfloat162float(h);
+  }
+}
+
+struct Param {
+  bool fp16;
+  int n;
+  Layout layout;
+  int steps;
+};
+std::string param_name(const ::testing::TestParamInfo<Param>& i) {
+  return std::string(i.param.fp16 ? "fp16" : "bf16") + "_N" + std::to_string(i.param.n) +
+         (i.param.layout == Layout::kSw128 ? "_sw128" : "_noswizzle") + "_k" + std::to_string(i.param.steps);
+}
+std::vector<Param> params() {
+  std::vector<Param> v;
+  for (bool fp16 : {false, true})
+    for (int n : {64, 128})
+      for (Layout l : {Layout::kSw128, Layout::kInterleave})
+        for (int steps : {1, 2, 4, 8}) v.push_back({fp16, n, l, steps});
+  return v;
+}
+
+template <typename T>
+struct DevBuf {
+  T* p = nullptr;
+  explicit DevBuf(size_t n) { EXPECT_EQ(cudaSuccess, cudaMalloc(&p, n * sizeof(T))); }
+  ~DevBuf() { cudaFree(p); }
+};
+
+// One launch of one case and mode; checks every element of D. Returns the largest error seen relative
+// to the element's absolute sum.
+template <typename T, int N, Layout L, int STEPS>
+double run_case(Mode mode, bool integers, uint32_t seed) {
+  const int kdim = 16 * STEPS;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> small(-8, 8);
+  auto value = [&] { return integers ? small(rng) / 4.0f : uni(rng); };
+  std::vector<uint16_t> a(kM * kdim), b(N * kdim);
+  std::vector<double> af(a.size()), bf(b.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = to_bits<T>(value()), af[i] = from_bits<T>(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = to_bits<T>(value()), bf[i] = from_bits<T>(b[i]);
+  std::vector<float> c(kM * N), d(kM * N, std::nanf(""));
+  for (float& x : c) x = integers ? small(rng) / 4.0f : 2.0f * uni(rng);
+
+  DevBuf<uint16_t> da(a.size()), db(b.size());
+  DevBuf<float> dc(c.size()), dd(d.size());
+  DevBuf<int> dstatus(1);
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(dc.p, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(dd.p, d.data(), d.size() * 4, cudaMemcpyHostToDevice));
+  EXPECT_EQ(cudaSuccess, cudaMemset(dstatus.p, 0, sizeof(int)));
+  const size_t smem = smem_bytes(L, N, STEPS);
+  auto kernel = wgmma_kernel<T, N, L, STEPS>;
+  EXPECT_EQ(cudaSuccess,
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<1, 128, smem>>>(da.p, db.p, dc.p, dd.p, static_cast<int>(mode), dstatus.p);
+  EXPECT_EQ(cudaSuccess, cudaGetLastError());
+  EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
+  int status = -1;
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(&status, dstatus.p, sizeof(int), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(0, status) << "1: no sm_90a code in the kernel, 2: shared tile base not 1024-byte aligned";
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(d.data(), dd.p, d.size() * 4, cudaMemcpyDeviceToHost));
+
+  double worst = 0;
+  int failures = 0;
+  for (int m = 0; m < kM; ++m)
+    for (int n = 0; n < N; ++n) {
+      const bool with_c = mode != Mode::kOverwrite;
+      double ref = with_c ? c[m * N + n] : 0.0, scale = with_c ? std::fabs(c[m * N + n]) : 0.0;
+      for (int k = 0; k < kdim; ++k) {
+        const double p = af[m * kdim + k] * bf[n * kdim + k];
+        ref += p;
+        scale += std::fabs(p);
+      }
+      const double got = d[m * N + n], err = std::fabs(got - ref);
+      const double rel = scale > 0 ? err / scale : err;
+      const bool ok = std::isfinite(got) && (integers ? got == ref : err <= 1e-5 * scale);
+      if (std::isfinite(got) && rel > worst) worst = rel;
+      if (!ok && ++failures <= 8)
+        ADD_FAILURE() << "D[" << m << "][" << n << "] = " << got << ", reference " << ref << " (sum |terms| "
+                      << scale << ")";
+      if (!std::isfinite(got)) worst = INFINITY;
+    }
+  EXPECT_EQ(0, failures) << failures << " of " << kM * N << " elements wrong ("
+                         << (integers ? "integer data, exact" : "random data") << ", mode " << static_cast<int>(mode)
+                         << ")";
+  return worst;
+}
+
+template <typename T, int N, Layout L, int STEPS>
+void run_all() {
+  const uint32_t seed = 1000u * STEPS + N + (L == Layout::kSw128 ? 0 : 7) + (std::is_same_v<T, __half> ? 3 : 0);
+  double worst = 0;
+  for (bool integers : {true, false})
+    for (Mode mode : {Mode::kAccumulate, Mode::kOverwrite}) {
+      SCOPED_TRACE(std::string(integers ? "integers" : "random") +
+                   (mode == Mode::kAccumulate ? " accumulate" : " overwrite first step"));
+      const uint32_t case_seed = seed + (integers ? 11u : 0u) + static_cast<uint32_t>(mode);
+      worst = std::max(worst, run_case<T, N, L, STEPS>(mode, integers, case_seed));
+    }
+  {
+    SCOPED_TRACE("random, one commit group per step");
+    worst = std::max(worst, run_case<T, N, L, STEPS>(Mode::kGroups, false, seed + 29));
+  }
+  std::printf("    largest |D - ref| / sum|terms|: %.3g\n", worst);
+}
+
+template <typename T, int N, Layout L>
+void dispatch_steps(int steps) {
+  switch (steps) {
+    case 1: return run_all<T, N, L, 1>();
+    case 2: return run_all<T, N, L, 2>();
+    case 4: return run_all<T, N, L, 4>();
+    case 8: return run_all<T, N, L, 8>();
+    default: FAIL() << "no kernel for " << steps << " steps";
+  }
+}
+template <typename T>
+void dispatch(const Param& p) {
+  const bool sw = p.layout == Layout::kSw128;
+  if (p.n == 64)
+    sw ? dispatch_steps<T, 64, Layout::kSw128>(p.steps) : dispatch_steps<T, 64, Layout::kInterleave>(p.steps);
+  else
+    sw ? dispatch_steps<T, 128, Layout::kSw128>(p.steps) : dispatch_steps<T, 128, Layout::kInterleave>(p.steps);
+}
+
+class CudaWgmma : public ::testing::TestWithParam<Param> {};
+
+TEST_P(CudaWgmma, MatchesReference) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    GTEST_SKIP() << "no CUDA device available";
+  }
+  int dev = 0;
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaSuccess, cudaGetDevice(&dev));
+  ASSERT_EQ(cudaSuccess, cudaGetDeviceProperties(&prop, dev));
+  if (prop.major != 9 || prop.minor != 0)
+    GTEST_SKIP() << "wgmma (sm_90a code) runs on compute capability 9.0 only; this device is " << prop.major << "."
+                 << prop.minor;
+  if (GetParam().fp16)
+    dispatch<__half>(GetParam());
+  else
+    dispatch<__nv_bfloat16>(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaWgmma, ::testing::ValuesIn(params()), param_name);
+
+// ---- host-only checks of the header's pure functions ----
+
+TEST(CudaWgmmaHost, DescriptorBitFields) {
+  // start 0x1A400 (>> 4 = 0x1A40), LBO 16 (1), SBO 1024 (0x40), base offset 5, 128-byte swizzle (1)
+  const uint64_t d = wg::make_desc(0x1A400u, 16u, 1024u, wg::Swizzle::k128B, 5u);
+  EXPECT_EQ(d & 0x3FFFu, 0x1A40u);
+  EXPECT_EQ((d >> 16) & 0x3FFFu, 1u);
+  EXPECT_EQ((d >> 32) & 0x3FFFu, 0x40u);
+  EXPECT_EQ((d >> 49) & 7u, 5u);
+  EXPECT_EQ(d >> 62, 1u);
+  EXPECT_EQ(d, 0x4000000000011A40ull | (0x40ull << 32) | (5ull << 49));
+  EXPECT_EQ(d & 0x3FF1C000C000C000ull, 0u) << "reserved bits (14-15, 30-31, 46-48, 52-61) set";
+  // only the low 18 bits of an address count; no swizzle = 0 in bits 62-63
+  EXPECT_EQ(wg::make_desc(0x41230u, 128u, 2048u, wg::Swizzle::kNone), 0x123ull | (8ull << 16) | (128ull << 32));
+  // a k16 step of the swizzled layout moves the start by 32 bytes inside the 128-byte row, then by a
+  // whole K block (rows * 128 bytes) every 4 steps
+  EXPECT_EQ(wg::sw128_desc(0x2000u, 64, 1) - wg::sw128_desc(0x2000u, 64, 0), 2u);
+  EXPECT_EQ(wg::sw128_desc(0x2000u, 64, 5) - wg::sw128_desc(0x2000u, 64, 0), (64u * 128u + 32u) >> 4);
+  EXPECT_EQ(wg::interleave_desc(0x2000u, 64, 3) - wg::interleave_desc(0x2000u, 64, 0), 3u * 256u >> 4);
+}
+
+TEST(CudaWgmmaHost, Sw128LayoutIsTheAddressBitXor) {
+  for (int rows : {64, 128})
+    for (int kdim : {16, 64, 128}) {
+      const uint32_t bytes = wg::sw128_bytes(rows, kdim);
+      std::vector<int> seen(bytes / 2, 0);
+      for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < kdim; ++k) {
+          const uint32_t off = wg::sw128_offset(rows, r, k);
+          ASSERT_LT(off, bytes);
+          ASSERT_EQ(off % 2, 0u);
+          ++seen[off / 2];
+          // unswizzled: row-major 128-byte rows per K block; swizzled: bits 4-6 ^= bits 7-9
+          const uint32_t plain = (k / 64) * rows * 128u + r * 128u + (k % 64) * 2u;
+          EXPECT_EQ(off, plain ^ (((plain >> 7) & 7u) << 4)) << r << " " << k;
+        }
+      for (int s : seen) ASSERT_LE(s, 1) << "two elements in one slot";
+    }
+}
+
+TEST(CudaWgmmaHost, InterleaveLayoutOneSlotPerElement) {
+  for (int rows : {64, 128})
+    for (int kdim : {16, 32, 64, 128}) {
+      std::vector<int> seen(wg::interleave_bytes(rows, kdim) / 2, 0);
+      for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < kdim; ++k) ++seen[wg::interleave_offset(kdim, r, k) / 2];
+      for (int s : seen) ASSERT_EQ(s, 1);
+      // a core matrix (8 rows x 8 elements) is 128 contiguous bytes
+      EXPECT_EQ(wg::interleave_offset(kdim, 7, 7) - wg::interleave_offset(kdim, 0, 0), 126u);
+      EXPECT_EQ(wg::interleave_offset(kdim, 0, 8), 128u);                              // LBO
+      EXPECT_EQ(wg::interleave_offset(kdim, 8, 0), static_cast<uint32_t>(kdim) * 16u);  // SBO
+    }
+}
+
+// Where the hardware reads element (r, k) of a k16 slice (r < rows, k < 16) of a K-major operand, from
+// the descriptor's fields alone: rows r % 8 of an 8-row group at 16 bytes (no swizzle) or 128 bytes
+// (128-byte swizzle) apart, groups SBO apart; the two 8-element halves of the slice LBO apart (no
+// swizzle) or adjacent 16-byte chunks (swizzle); then, with the 128-byte swizzle, address bits 4-6 XOR
+// bits 7-9. Each step's descriptor must point every element at the slot the layout's offset function
+// gives it (the test kernel stores there).
+uint32_t model_address(uint64_t desc, int r, int k) {
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3FFFu) << 4;
+  const uint32_t lbo = static_cast<uint32_t>((desc >> 16) & 0x3FFFu) << 4;
+  const uint32_t sbo = static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4;
+  const uint32_t sw = static_cast<uint32_t>(desc >> 62);
+  const uint32_t rr = r % 8, group = r / 8, half = k / 8, kk = k % 8;
+  if (sw == 0) return start + rr * 16u + group * sbo + half * lbo + kk * 2u;
+  EXPECT_EQ(sw, 1u);
+  const uint32_t a = start + rr * 128u + group * sbo + half * 16u + kk * 2u;
+  return a ^ (((a >> 7) & 7u) << 4);
+}
+
+TEST(CudaWgmmaHost, DescriptorsAddressTheLayoutsElements) {
+  const uint32_t base = 0x2400;  // 1024-byte aligned
+  for (int rows : {64, 128})
+    for (int steps : {1, 2, 4, 8}) {
+      const int kdim = 16 * steps;
+      for (int s = 0; s < steps; ++s)
+        for (int r = 0; r < rows; ++r)
+          for (int k = 0; k < 16; ++k) {
+            ASSERT_EQ(model_address(wg::sw128_desc(base, rows, s), r, k), base + wg::sw128_offset(rows, r, 16 * s + k))
+                << "sw128 rows " << rows << " step " << s << " (" << r << ", " << k << ")";
+            ASSERT_EQ(model_address(wg::interleave_desc(base, kdim, s), r, k),
+                      base + wg::interleave_offset(kdim, r, 16 * s + k))
+                << "no swizzle rows " << rows << " kdim " << kdim << " step " << s << " (" << r << ", " << k << ")";
+          }
+    }
+}
+
+TEST(CudaWgmmaHost, AccumulatorFragmentCoversTheTileOnce) {
+  for (int n : {64, 128}) {
+    std::vector<int> seen(kM * n, 0);
+    for (int t = 0; t < 128; ++t)
+      for (int i = 0; i < n / 2; ++i) {
+        const int r = wg::acc_row(t, i), c = wg::acc_col(t, i);
+        ASSERT_TRUE(r >= 0 && r < kM && c >= 0 && c < n);
+        ++seen[r * n + c];
+        EXPECT_EQ(r / 16, t / 32) << "warp w holds rows 16w..16w+15";
+        if (i % 2 == 1) {
+          EXPECT_EQ(r, wg::acc_row(t, i - 1));
+          EXPECT_EQ(c, wg::acc_col(t, i - 1) + 1);
+        }
+      }
+    for (int s : seen) ASSERT_EQ(s, 1);
+  }
+  // thread 37 (warp 1, lane 5): floats 0..3 at rows 17, 17, 25, 25, columns 2, 3, 2, 3; float 4 at column 10
+  EXPECT_EQ(wg::acc_row(37, 0), 17);
+  EXPECT_EQ(wg::acc_col(37, 1), 3);
+  EXPECT_EQ(wg::acc_row(37, 2), 25);
+  EXPECT_EQ(wg::acc_col(37, 4), 10);
+}
+
+}  // namespace
