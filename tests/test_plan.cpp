@@ -215,9 +215,9 @@ TEST(Plan, GateFormsTakeTheDefaultFormsPathsWithInstances) {
 TEST(Plan, StepPipelinedFromItsGroupThresholds) {
   EXPECT_EQ(path_of(step_of(qwen(5, 1, 4, false))), Path::kStepClusterLean);  // 80 groups
   EXPECT_EQ(path_of(step_of(qwen(6, 1, 4, false))), Path::kStepPipelinedPrologue);  // 96, one per block
-  EXPECT_EQ(path_of(step_of(qwen(8, 4, 2, false))), Path::kStepPipelined);  // 16-bit verify-like, 128
+  EXPECT_EQ(path_of(step_of(qwen(8, 4, 2, false))), Path::kStepPipelinedPrologue);  // 16-bit verify-like, 128
   EXPECT_EQ(path_of(step_of(qwen(7, 4, 2, false))), Path::kStepCluster);
-  EXPECT_EQ(path_of(step_of(qwen(12, 4, 4, true))), Path::kStepPipelined);  // float32 verify, 192
+  EXPECT_EQ(path_of(step_of(qwen(12, 4, 4, true))), Path::kStepPipelinedPrologue);  // float32 verify, 192
   EXPECT_EQ(path_of(step_of(qwen(11, 4, 4, true))), Path::kStepClusterLean);
   EXPECT_EQ(path_of(step_of(qwen(16, 5, 4, true))), Path::kStepClusterLean);  // more tokens than staged
 }
@@ -226,6 +226,10 @@ TEST(Plan, StepPrologueWhereEveryGroupOfABlockFits) {
   // 2 x 132 resident blocks: up to 6 groups per block (264 x 6 = 1584 groups) in the prologue
   EXPECT_EQ(path_of(step_of(qwen(99, 1, 4, false))), Path::kStepPipelinedPrologue);  // 1584
   EXPECT_EQ(path_of(step_of(qwen(100, 1, 4, false))), Path::kStepPipelined);         // 1600
+  // verify batches alike
+  EXPECT_EQ(path_of(step_of(qwen(99, 4, 4, true))), Path::kStepPipelinedPrologue);
+  EXPECT_EQ(path_of(step_of(qwen(100, 4, 4, true))), Path::kStepPipelined);
+  EXPECT_EQ(path_of(step_of(qwen(99, 3, 2, true))), Path::kStepPipelinedPrologue);
   Problem p = step_of(qwen(99, 1, 4, false));
   p.pipelined_group_bufs = 0;  // no prologue instance
   EXPECT_EQ(path_of(p), Path::kStepPipelined);

@@ -36,7 +36,7 @@
 // consumers wait for the conv's round trips (when the producer computed it, it delayed the
 // copies). From a consumer's first item of a sequence longer than
 // kTok on, an out-of-line copy of its loop (tma_consume_long) takes its items: it computes the later
-// tokens' conv from the qkvz rows (conv_tok.cuh). Consumer warps copy z first. One-token batches
+// tokens' conv from the qkvz rows (conv_tok.cuh). Consumer warps copy z first. Batches
 // whose blocks hold at most kGroupBufs groups start with a conv prologue instead (tma_conv.cuh:
 // every group of the block convolved by all warps but the producer, which issues only its first
 // copies meanwhile; the conv warp then copies z), and every fused block takes each group's items

@@ -143,9 +143,10 @@ Plan step_pipelined(const Ctx& c, bool forced, int prologue) {  // prologue: -1 
   if (resident <= 0) return pl;
   pl.tok = 4;
   pl.blocks = groups < resident ? groups : resident;
-  // the prologue: every group of a block convolved before most copies start
+  // the prologue: every group of a block convolved before most copies start, where the block's
+  // groups fit its group buffers (one-token and multi-token batches alike)
   const bool fits = (groups + pl.blocks - 1) / pl.blocks <= p.pipelined_group_bufs;
-  const bool pre = p.pipelined_group_bufs > 0 && (prologue == 1 || (prologue < 0 && p.one_token() && fits));
+  const bool pre = p.pipelined_group_bufs > 0 && (prologue == 1 || (prologue < 0 && fits));
   if (pre) pl.path = Path::kStepPipelinedPrologue;
   return pl;
 }
