@@ -12,9 +12,11 @@
 // conv windows in the rolling line) and "fused_per_token" (the same, conv windows per draft slot).
 // "chunked" (gated_delta_rule_chunked: prefill of N sequences of T tokens, --shapes NxT,...; ms,
 // tokens/s, TFLOP/s of the chunk form and % of the dense bf16 tensor-core peak),
-// "attention_prefill" (the same prefills through gdn_attention: conv, gates, chunk, pools, z) and
+// "attention_prefill" (the same prefills through gdn_attention: conv, gates, chunk, pools, z),
 // "deferred" (gated_delta_rule_recurrent's deferred-commit mode, bench_deferred.cpp: linear verify
-// of each T of --t, and trees of each node count of --tree, rows "deferred" and "deferred_tree").
+// of each T of --t, and trees of each node count of --tree, rows "deferred" and "deferred_tree") and
+// "attention_deferred" (gdn_attention's deferred-commit mode, bench_deferred.cpp: N verify sequences
+// of each T of --t, one slot each, every logged row replayed).
 // --path forces a kernel path of the planner (src/cuda/plan/plan.h) where it can run, for A/B runs.
 #include <algorithm>
 #include <cstdio>
@@ -273,7 +275,9 @@ int cmd_bench(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: gdn bench [--models %s] [--n %s] [--t %s] [--state %s] [--ops %s] [--replays N>=20] "
-                   "[--path KERNEL_PATH] [--shapes %s] [--tree %s] [--out FILE.json]\n",
+                   "[--path KERNEL_PATH] [--shapes %s] [--tree %s] [--out FILE.json]\n"
+                   "ops: recurrent, recurrent_given, fused, fused_per_token (N x T of --n, --t); chunked, "
+                   "attention_prefill (--shapes); deferred (and deferred_tree of --tree), attention_deferred\n",
                    models.c_str(), ns.c_str(), ts.c_str(), states.c_str(), ops.c_str(), shapes.c_str(), trees.c_str());
       return a == "--help" ? 0 : 2;
     }

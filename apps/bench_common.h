@@ -101,8 +101,10 @@ struct Result {
 };
 
 // The deferred-commit mode's ops: "deferred" (linear verify of T tokens), "deferred_tree" (a tree of
-// T nodes).
-inline bool is_deferred_op(const std::string& op) { return op == "deferred" || op == "deferred_tree"; }
+// T nodes), "attention_deferred" (gdn_attention's linear verify of T tokens).
+inline bool is_deferred_op(const std::string& op) {
+  return op == "deferred" || op == "deferred_tree" || op == "attention_deferred";
+}
 
 inline TensorView dev_view(void* p, DType t, std::initializer_list<int64_t> shape) {
   return make_view(p, t, shape, Device::kCUDA, 0);
@@ -168,7 +170,8 @@ double time_recurrent(int calls, int replays, const GatedDeltaRuleArgs& g, Slots
   });
 }
 
-// The deferred-commit mode's case (bench_deferred.cpp), on the same arena as run_case.
+// The deferred-commit mode's cases (bench_deferred.cpp: every op of is_deferred_op), on the same arena
+// as run_case.
 Result run_deferred_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override force);
 
 }  // namespace gdn::cli
