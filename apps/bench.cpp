@@ -19,6 +19,7 @@
 // of each T of --t, one slot each, every logged row replayed).
 // --path forces a kernel path of the planner (src/cuda/plan/plan.h) where it can run, for A/B runs.
 #include <algorithm>
+#include <iterator>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -282,6 +283,14 @@ int cmd_bench(int argc, char** argv) {
       return a == "--help" ? 0 : 2;
     }
   }
+  for (const auto& op : split(ops)) {
+    static const char* const kOps[] = {"recurrent",         "recurrent_given", "fused",    "fused_per_token", "chunked",
+                                       "attention_prefill", "deferred",        "attention_deferred"};
+    if (std::none_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return op == o; })) {
+      std::fprintf(stderr, "gdn bench: unknown op %s (gdn bench --help lists them)\n", op.c_str());
+      return 2;
+    }
+  }
   cuda::plan::Override force;
   if (!cuda::plan::parse_path(path.c_str(), &force.path)) {
     std::fprintf(stderr, "gdn bench: unknown kernel path %s\n", path.c_str());
@@ -297,7 +306,7 @@ int cmd_bench(int argc, char** argv) {
   const double peak = bf16_peak_tflops(prop);
   std::printf("device: %s; SM copy kernel: %.0f GB/s (read + write); dense bf16 peak %.0f TFLOP/s\n", prop.name, copy,
               peak);
-  std::printf("%-13s %-15s %5s %2s %-5s %10s %9s %7s\n", "op", "model", "N", "T", "state", "us", "GB/s", "%copy");
+  std::printf("%-18s %-15s %5s %2s %-5s %10s %9s %7s\n", "op", "model", "N", "T", "state", "us", "GB/s", "%copy");
   nlohmann::json rows = nlohmann::json::array();
   // every case first (the arena is as large as the largest pool), in the order they run
   std::vector<Case> cases;
@@ -336,7 +345,7 @@ int cmd_bench(int argc, char** argv) {
                      : is_deferred_op(c.op) ? run_deferred_case(c, replays, arena, force)
                                             : run_case(c, replays, arena, force);
     if (!r.error.empty()) {
-      std::printf("%-13s %-15s %5lld %2lld %-5s error: %s\n", c.op.c_str(), mn.c_str(), static_cast<long long>(c.N),
+      std::printf("%-18s %-15s %5lld %2lld %-5s error: %s\n", c.op.c_str(), mn.c_str(), static_cast<long long>(c.N),
                   static_cast<long long>(c.T), st.c_str(), r.error.c_str());
       continue;
     }
@@ -345,14 +354,14 @@ int cmd_bench(int argc, char** argv) {
                           {"pct_copy", 100.0 * r.gbps / copy}};
     if (prefill) {
       const double tokens = double(c.N) * c.T, tflops = tokens * c.m->HV * chunk_flops_per_token(*c.m) / (r.us * 1e6);
-      std::printf("%-13s %-15s %5lld %5lld %-5s %9.3f ms %8.1f Mtok/s %7.1f TFLOP/s %5.1f%% peak\n", c.op.c_str(),
+      std::printf("%-18s %-15s %5lld %5lld %-5s %9.3f ms %8.1f Mtok/s %7.1f TFLOP/s %5.1f%% peak\n", c.op.c_str(),
                   mn.c_str(), static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us / 1e3,
                   tokens / r.us, tflops, peak > 0 ? 100.0 * tflops / peak : 0.0);
       row["tokens_per_s"] = tokens / (r.us * 1e-6);
       row["tflops"] = tflops;
       row["pct_peak"] = peak > 0 ? 100.0 * tflops / peak : 0.0;
     } else {
-      std::printf("%-13s %-15s %5lld %2lld %-5s %10.2f %9.0f %6.1f%%\n", c.op.c_str(), mn.c_str(),
+      std::printf("%-18s %-15s %5lld %2lld %-5s %10.2f %9.0f %6.1f%%\n", c.op.c_str(), mn.c_str(),
                   static_cast<long long>(c.N), static_cast<long long>(c.T), st.c_str(), r.us, r.gbps,
                   100.0 * r.gbps / copy);
     }

@@ -48,7 +48,10 @@ Result run_attention_deferred(const Case& k, int replays, DevBuf& arena, cuda::p
   g.z = dev_view(z.p, act, {rows, m.HV, m.V});
   g.projected_states_qkvz = dev_view(qkvz.p, act, {rows, width});
   g.projected_states_ba = dev_view(ba.p, act, {rows, 2 * m.HV});
-  g.num_k_heads = m.H; g.num_v_heads = m.HV; g.head_k_dim = m.K; g.head_v_dim = m.V;
+  g.num_k_heads = m.H;
+  g.num_v_heads = m.HV;
+  g.head_k_dim = m.K;
+  g.head_v_dim = m.V;
   g.conv_state = dev_view(conv.p, act, {ps.num_slots, W - 1, D});
   g.ssm_state = dev_view(arena.p, k.state, {ps.num_slots, m.HV, m.V, m.K});
   g.conv_weights = dev_view(w.p, act, {D, W});
