@@ -1,10 +1,11 @@
-// src/cuda/common/dispatch.h — host dispatch from the runtime dtypes of activations and SSM state to
-// the kernels' template instances.
+// src/cuda/common/dispatch.h — host dispatch from the runtime dtypes of activations and SSM state,
+// and from the conv width, to the kernels' template instances.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <string>
+#include <type_traits>
 
 #include "gdn/status.h"
 #include "gdn/tensor.h"
@@ -33,6 +34,18 @@ Status with_dtypes(DType act, DType state, F fn) {
     case DType::kBFloat16: return on_act(Tag<__nv_bfloat16>{});
     case DType::kFloat16: return on_act(Tag<__half>{});
     default: return Status::Error(std::string("unsupported activation dtype ") + dtype_name(act));
+  }
+}
+
+// fn(std::integral_constant<int, W>{}) for the conv widths the conv kernels are instantiated for.
+template <typename F>
+Status with_conv_width(int W, F fn) {
+  switch (W) {
+    case 2: return fn(std::integral_constant<int, 2>{});
+    case 3: return fn(std::integral_constant<int, 3>{});
+    case 4: return fn(std::integral_constant<int, 4>{});
+    case 5: return fn(std::integral_constant<int, 5>{});
+    default: return Status::Error("unsupported conv width " + std::to_string(W) + ": supported {2, 3, 4, 5}");
   }
 }
 

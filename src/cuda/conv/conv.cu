@@ -4,9 +4,8 @@
 // One thread per (sequence, channel), looping over channels when the batch is large; the per-channel
 // work (conv_channel.cuh) reads the window before it writes, so the in-place update needs no sync.
 //   grid = (<= ceil(D / 128), sequences [+ block rows for z]), block = 128
-#include <algorithm>
-
 #include "common/seq_rules.h"
+#include "cuda/common/dispatch.h"
 #include "cuda/conv/conv.h"
 #include "cuda/conv/conv_channel.cuh"
 
@@ -58,23 +57,12 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
 
 template <typename TAct, bool kFused>
 Status launch_w(const ConvParams& p, cudaStream_t stream) {
-  const int64_t nseq = p.group[0].n + p.group[1].n;
-  // About one wave of blocks: many sequences share a block row's channels (a thread loops over them).
-  const int64_t gx_full = (p.conv.D + kConvThreads - 1) / kConvThreads;
-  const int64_t gx = std::clamp<int64_t>((2048 + nseq - 1) / std::max<int64_t>(nseq, 1), 1, gx_full);
-  // Fused: extra block rows copy z, about 8 (row, hv) pairs per 32-lane group.
-  const int64_t z_pairs = kFused ? p.src.num_actual_tokens * p.src.proj.HV : 0;
-  const int64_t z_rows = kFused ? std::min<int64_t>((z_pairs + gx * 32 - 1) / (gx * 32), 1024) : 0;
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(nseq + z_rows));
+  // fused: extra block rows copy z
+  const dim3 grid = conv_seq_grid(p.conv.D, kConvThreads, p.group[0].n + p.group[1].n,
+                                  kFused ? p.src.num_actual_tokens * p.src.proj.HV : 0);
   if (grid.y == 0) return Status::Ok();
   Launch launch(grid, kConvThreads, 0, stream);
-  switch (p.conv.W) {
-    case 2: return launch(conv_kernel<TAct, 2, kFused>, p);
-    case 3: return launch(conv_kernel<TAct, 3, kFused>, p);
-    case 4: return launch(conv_kernel<TAct, 4, kFused>, p);
-    case 5: return launch(conv_kernel<TAct, 5, kFused>, p);
-    default: return Status::Error("unsupported conv width " + std::to_string(p.conv.W) + ": supported {2, 3, 4, 5}");
-  }
+  return with_conv_width(p.conv.W, [&](auto w) { return launch(conv_kernel<TAct, decltype(w)::value, kFused>, p); });
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // tokens and writes the conv pool rows docs/contract.md §3 names (raw copies of inputs: bit-exact), and y
 // for the primitive ops.
 #pragma once
+#include <algorithm>
+
 #include "common/seq_rules.h"
 #include "cuda/common/params.h"
 
@@ -141,6 +143,17 @@ __device__ void conv_channel(const ConvRef& cv, const TokenSource& src, const Gr
   if (!s.spec)
 #pragma unroll
     for (int j = 0; j < W - 1; ++j) at(s.slot0, j) = win[j];
+}
+
+// The grid of a conv launch whose block rows are its nseq sequences, then the z copy's rows (copy_z):
+// about one wave of blocks of `threads` over `channels` (many sequences share a block row's channels,
+// a thread loops over them); z_pairs (row, hv) pairs to copy, about 8 per 32-lane group, at most 1024
+// rows.
+inline dim3 conv_seq_grid(int64_t channels, int threads, int64_t nseq, int64_t z_pairs) {
+  const int64_t gx_full = (channels + threads - 1) / threads;
+  const int64_t gx = std::clamp<int64_t>((2048 + nseq - 1) / std::max<int64_t>(nseq, 1), 1, gx_full);
+  const int64_t z_rows = std::min<int64_t>((z_pairs + gx * 32 - 1) / (gx * 32), 1024);
+  return dim3(static_cast<unsigned>(gx), static_cast<unsigned>(nseq + z_rows));
 }
 
 // z[row, hv, :] = its qkvz columns (contiguous in both layouts), rows < num_actual_tokens: one

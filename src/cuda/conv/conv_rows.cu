@@ -10,6 +10,7 @@
 // padding, gaps between sequences) are left as they are; the conv pool and z are the conv kernel's
 // (conv.cu), after the recurrences.
 //   grid = (ceil(D / 1024), ceil(limit / 8)), block = 128
+#include "cuda/common/dispatch.h"
 #include "cuda/common/rec_common.cuh"
 #include "cuda/conv/conv.h"
 #include "cuda/conv/conv_channel.cuh"
@@ -179,13 +180,7 @@ Status launch_rows(const ConvParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.conv.D + kRowThreads * kVec - 1) / (kRowThreads * kVec)),
                   static_cast<unsigned>((g.limit + kRowTokens - 1) / kRowTokens));
   Launch launch(grid, kRowThreads, 0, stream);
-  switch (p.conv.W) {
-    case 2: return launch(conv_rows_kernel<TAct, 2>, p);
-    case 3: return launch(conv_rows_kernel<TAct, 3>, p);
-    case 4: return launch(conv_rows_kernel<TAct, 4>, p);
-    case 5: return launch(conv_rows_kernel<TAct, 5>, p);
-    default: return Status::Error("unsupported conv width " + std::to_string(p.conv.W) + ": supported {2, 3, 4, 5}");
-  }
+  return with_conv_width(p.conv.W, [&](auto w) { return launch(conv_rows_kernel<TAct, decltype(w)::value>, p); });
 }
 
 }  // namespace

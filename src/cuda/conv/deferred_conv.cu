@@ -11,9 +11,8 @@
 // committed one when they have none). Padding sequences (an unusable slot, a token outside
 // [0, num_actual_tokens)) write nothing. Extra block rows copy z (copy_z).
 //   grid = (<= ceil((D + 2 HV) / 128), sequences of both groups [+ block rows for z]), block = 128
-#include <algorithm>
-
 #include "common/seq_rules.h"
+#include "cuda/common/dispatch.h"
 #include "cuda/common/rec_common.cuh"
 #include "cuda/conv/conv.h"
 #include "cuda/conv/conv_channel.cuh"
@@ -150,24 +149,12 @@ __global__ void __launch_bounds__(kDeferredConvThreads)
 
 template <typename TAct>
 Status launch_act(const DeferredConvParams& p, cudaStream_t stream) {
-  const int64_t nseq = p.group[0].n + p.group[1].n;
-  // About one wave of blocks, as conv.cu: many sequences share a block row's channels.
-  const int64_t nch = p.conv.D + 2 * p.src.proj.HV;
-  const int64_t gx_full = (nch + kDeferredConvThreads - 1) / kDeferredConvThreads;
-  const int64_t gx = std::clamp<int64_t>((2048 + nseq - 1) / std::max<int64_t>(nseq, 1), 1, gx_full);
-  // The z copy's block rows: about 8 (row, hv) pairs per 32-lane group.
-  const int64_t z_pairs = p.src.num_actual_tokens * p.src.proj.HV;
-  const int64_t z_rows = std::min<int64_t>((z_pairs + gx * 32 - 1) / (gx * 32), 1024);
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(nseq + z_rows));
+  // channels: the conv's D, then each value head's a and b
+  const dim3 grid = conv_seq_grid(p.conv.D + 2 * p.src.proj.HV, kDeferredConvThreads, p.group[0].n + p.group[1].n,
+                                  p.src.num_actual_tokens * p.src.proj.HV);
   if (grid.y == 0) return Status::Ok();
   Launch launch(grid, kDeferredConvThreads, 0, stream);
-  switch (p.conv.W) {
-    case 2: return launch(deferred_conv_kernel<TAct, 2>, p);
-    case 3: return launch(deferred_conv_kernel<TAct, 3>, p);
-    case 4: return launch(deferred_conv_kernel<TAct, 4>, p);
-    case 5: return launch(deferred_conv_kernel<TAct, 5>, p);
-    default: return Status::Error("unsupported conv width " + std::to_string(p.conv.W) + ": supported {2, 3, 4, 5}");
-  }
+  return with_conv_width(p.conv.W, [&](auto w) { return launch(deferred_conv_kernel<TAct, decltype(w)::value>, p); });
 }
 
 }  // namespace
