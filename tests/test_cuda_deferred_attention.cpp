@@ -202,6 +202,11 @@ TEST_P(CudaDeferredAttention, HostileMetadataMatchesTheCpu) {
 // (depth 4, two roots), slot 1 one of 2 tokens (a chain); both replay rows of their logged step.
 constexpr int64_t kTreeCols = 16, kTreeRows = 11;
 const std::vector<int64_t> kTree = {-1, 0, 0, 1, 1, 2, 3, 5, -1};
+// The batch's token parents: slot 0's 9 tokens (parents), then slot 1's chain of 2.
+std::vector<int64_t> batch_parents(std::vector<int64_t> parents) {
+  parents.insert(parents.end(), {-1, 0});
+  return parents;
+}
 struct TreeCase {
   AttnProblem p;
   Side side;
@@ -266,8 +271,7 @@ TEST_P(CudaDeferredAttention, TreeNodesEqualTheirPaths) {
   PROP_SKIP_IF_UNAVAILABLE(be);
   Rng r(9300);
   const TreeCase c = make_tree_case(r);
-  std::vector<int64_t> parents = kTree;
-  parents.insert(parents.end(), {-1, 0});
+  const std::vector<int64_t> parents = batch_parents(kTree);
   const TreeRun tg = run_tree(be, c, {c.s0, c.s1}, &parents), tc = run_tree(Backend::kCPU, c, {c.s0, c.s1}, &parents);
   AttnProblem p = c.p;
   p.seqs = {c.s0, c.s1};
@@ -284,7 +288,7 @@ TEST_P(CudaDeferredAttention, TreeNodesEqualTheirPaths) {
   }
   std::vector<int64_t> chain;  // a chain-shaped tree is linear verify, byte for byte
   for (int64_t t = 0; t < 9; ++t) chain.push_back(t - 1);
-  chain.insert(chain.end(), {-1, 0});
+  chain = batch_parents(chain);
   expect_same_bytes(run_tree(be, c, {c.s0, c.s1}, &chain), run_tree(be, c, {c.s0, c.s1}, nullptr),
                     "chain-shaped tree against linear verify");
 }
@@ -294,8 +298,7 @@ TEST_P(CudaDeferredAttention, IdenticalBytesRunAfterRun) {
   PROP_SKIP_IF_UNAVAILABLE(be);
   Rng r(9400);
   const TreeCase c = make_tree_case(r);
-  std::vector<int64_t> parents = kTree;
-  parents.insert(parents.end(), {-1, 0});
+  const std::vector<int64_t> parents = batch_parents(kTree);
   expect_same_bytes(run_tree(be, c, {c.s0, c.s1}, &parents), run_tree(be, c, {c.s0, c.s1}, &parents),
                     "the same call twice");
 }
