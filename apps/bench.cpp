@@ -116,21 +116,10 @@ Result run_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override 
   } else {
     const bool per_token = k.op == "fused_per_token";
     const int64_t conv_rows = spec && !per_token ? W - 2 + cols : W - 1;
-    DevBuf qkvz(rows * m.H * (2 * m.K + 2 * r * m.V) * 2), ba(rows * 2 * m.HV * 2), out(rows * m.HV * m.V * 2),
-        z(rows * m.HV * m.V * 2), conv(ps.num_slots * conv_rows * D * 2), w(D * W * 2);
-    for (DevBuf* x : {&qkvz, &ba, &conv, &w}) fill(*x, act);
+    const AttnBufs bufs(m, rows, ps.num_slots, conv_rows, act);
     GdnAttentionArgs g;
-    g.core_attn_out = dev_view(out.p, act, {rows, m.HV, m.V});
-    g.z = dev_view(z.p, act, {rows, m.HV, m.V});
-    g.projected_states_qkvz = dev_view(qkvz.p, act, {rows, m.H * (2 * m.K + 2 * r * m.V)});
-    g.projected_states_ba = dev_view(ba.p, act, {rows, 2 * m.HV});
-    g.num_k_heads = m.H; g.num_v_heads = m.HV; g.head_k_dim = m.K; g.head_v_dim = m.V;
-    g.conv_state = dev_view(conv.p, act, {ps.num_slots, conv_rows, D});
+    bufs.into(g, m, rows, ps.num_slots, conv_rows, act, A_log, dt_bias);
     g.ssm_state = dev_view(pool.p, k.state, {ps.num_slots, m.HV, m.V, m.K});
-    g.conv_weights = dev_view(w.p, act, {D, W});
-    g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
-    g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
-    g.num_actual_tokens = rows;
     g.spec_conv_layout = per_token ? SpecConvLayout::kPerToken : SpecConvLayout::kRolling;
     if (spec) {
       g.num_spec_decodes = N;
@@ -146,12 +135,7 @@ Result run_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override 
     set_slots(g, 0);
     Status st = can_implement(g);
     if (!st.ok()) return Result{0, 0, 0, st.message()};
-    res.us = time_graph(ps.calls, replays, [&](int c, cudaStream_t s) {
-      GdnAttentionArgs gc = g;
-      set_slots(gc, c);
-      Status e = internal::gdn_attention(gc, s, force);
-      if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
-    });
+    res.us = time_attention(ps.calls, replays, g, set_slots, force);
     // Projections once, outputs and z once, conv window read once and written once per sequence
     // (per token: once per token).
     res.bytes = state_bytes + rows * 2.0 * (m.H * (2 * m.K + 2 * r * m.V) + 2 * m.HV + 2 * m.HV * m.V) +
@@ -206,32 +190,19 @@ Result run_prefill(const Case& k, int replays, cuda::plan::Override force) {
   Result res;
   res.bytes = 2.0 * N * slot_bytes + rows * 2.0 * (2 * m.H * m.K + 2 * m.HV * m.V + 2 * m.HV);
   if (k.op == "attention_prefill") {  // the same prefill through gdn_attention (projections, conv, pools, z)
-    constexpr int64_t W = 4;
-    const int64_t r = m.HV / m.H, D = 2 * m.H * m.K + m.HV * m.V, width = m.H * (2 * m.K + 2 * r * m.V);
-    DevBuf qkvz(rows * width * 2), ba(rows * 2 * m.HV * 2), z(rows * m.HV * m.V * 2), conv(N * (W - 1) * D * 2),
-        w(D * W * 2);
-    for (DevBuf* x : {&qkvz, &ba, &conv, &w}) fill(*x, act);
+    constexpr int64_t W = AttnBufs::kW;
+    const AttnBufs bufs(m, rows, N, W - 1, act, false);  // core_attn_out: the chunked op's o
+    const int64_t width = bufs.width, D = bufs.D;
     GdnAttentionArgs ga;
+    bufs.into(ga, m, rows, N, W - 1, act, A_log, dt_bias);
     ga.core_attn_out = g.o;
-    ga.z = dev_view(z.p, act, {rows, m.HV, m.V});
-    ga.projected_states_qkvz = dev_view(qkvz.p, act, {rows, width});
-    ga.projected_states_ba = dev_view(ba.p, act, {rows, 2 * m.HV});
-    ga.num_k_heads = m.H; ga.num_v_heads = m.HV; ga.head_k_dim = m.K; ga.head_v_dim = m.V;
-    ga.conv_state = dev_view(conv.p, act, {N, W - 1, D});
     ga.ssm_state = g.ssm_state;
-    ga.conv_weights = dev_view(w.p, act, {D, W});
-    ga.A_log = g.A_log;
-    ga.dt_bias = g.dt_bias;
-    ga.num_actual_tokens = rows;
     ga.num_prefills = N;
     ga.non_spec_query_start_loc = g.query_start_loc;
     ga.non_spec_state_indices_tensor = g.state_indices;
     Status st = can_implement(ga);
     if (!st.ok()) return Result{0, 0, 0, st.message()};
-    res.us = time_graph(3, replays, [&](int, cudaStream_t s) {
-      Status e = internal::gdn_attention(ga, s, force);
-      if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
-    });
+    res.us = time_attention(3, replays, ga, [](GdnAttentionArgs&, int) {}, force);
     res.bytes += rows * 2.0 * (width - 2 * m.H * m.K - m.HV * m.V) + N * 4.0 * (W - 1) * D;
   } else {
     Status st = can_implement_chunked(g);

@@ -158,6 +158,50 @@ struct TokenBufs {
   }
 };
 
+// gdn_attention's buffers for `rows` tokens of model m: the projections qkvz and ba, z and (with_out)
+// core_attn_out, a conv pool of `slots` slots of `conv_rows` rows, conv weights of width kW, the
+// inputs filled. into(): their views, the head sizes and the gates' constants.
+struct AttnBufs {
+  static constexpr int64_t kW = 4;
+  const int64_t width, D;  // qkvz row, conv channels
+  const bool with_out;
+  DevBuf qkvz, ba, z, out, conv, w;
+  AttnBufs(const Model& m, int64_t rows, int64_t slots, int64_t conv_rows, DType act, bool with_out_ = true)
+      : width(m.H * (2 * m.K + 2 * (m.HV / m.H) * m.V)), D(2 * m.H * m.K + m.HV * m.V), with_out(with_out_),
+        qkvz(rows * width * 2), ba(rows * 2 * m.HV * 2), z(rows * m.HV * m.V * 2),
+        out(with_out ? rows * m.HV * m.V * 2 : 0), conv(slots * conv_rows * D * 2), w(D * kW * 2) {
+    for (DevBuf* x : {&qkvz, &ba, &conv, &w}) fill(*x, act);
+  }
+  void into(GdnAttentionArgs& g, const Model& m, int64_t rows, int64_t slots, int64_t conv_rows, DType act,
+            DevBuf& A_log, DevBuf& dt_bias) const {
+    if (with_out) g.core_attn_out = dev_view(out.p, act, {rows, m.HV, m.V});
+    g.z = dev_view(z.p, act, {rows, m.HV, m.V});
+    g.projected_states_qkvz = dev_view(qkvz.p, act, {rows, width});
+    g.projected_states_ba = dev_view(ba.p, act, {rows, 2 * m.HV});
+    g.num_k_heads = m.H;
+    g.num_v_heads = m.HV;
+    g.head_k_dim = m.K;
+    g.head_v_dim = m.V;
+    g.conv_state = dev_view(conv.p, act, {slots, conv_rows, D});
+    g.conv_weights = dev_view(w.p, act, {D, kW});
+    g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
+    g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
+    g.num_actual_tokens = rows;
+  }
+};
+
+// Median us per call of `calls` gdn_attention calls on g, call c with set_call(args, c) applied.
+template <typename SetCall>
+double time_attention(int calls, int replays, const GdnAttentionArgs& g, SetCall set_call,
+                      cuda::plan::Override force) {
+  return time_graph(calls, replays, [&](int c, cudaStream_t s) {
+    GdnAttentionArgs gc = g;
+    set_call(gc, c);
+    Status e = internal::gdn_attention(gc, s, force);
+    if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
+  });
+}
+
 // Median us per call of `calls` recurrent-op calls on g, call c on the slots slots_of(c).
 template <typename Slots>
 double time_recurrent(int calls, int replays, const GatedDeltaRuleArgs& g, Slots slots_of,

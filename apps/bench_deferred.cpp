@@ -25,8 +25,7 @@ namespace {
 
 Result run_attention_deferred(const Case& k, int replays, DevBuf& arena, cuda::plan::Override force) {
   const Model& m = *k.m;
-  const int64_t N = k.N, T = k.T, rows = N * T, E = m.K + m.V + 2, W = 4;
-  const int64_t r = m.HV / m.H, D = 2 * m.H * m.K + m.HV * m.V, width = m.H * (2 * m.K + 2 * r * m.V);
+  const int64_t N = k.N, T = k.T, rows = N * T, E = m.K + m.V + 2, W = AttnBufs::kW;
   const DType act = DType::kBFloat16;
   const PoolShape ps = pool_shape(k);
   fill(arena, k.state, ps.state_bytes());
@@ -38,26 +37,15 @@ Result run_attention_deferred(const Case& k, int replays, DevBuf& arena, cuda::p
   DevBuf d_qsl(qsl.size() * 4), d_acc(nacc.size() * 4), d_slots(slots.size() * 4);
   for (auto [buf, host] : {std::pair{&d_qsl, &qsl}, {&d_acc, &nacc}, {&d_slots, &slots}})
     BENCH_CHECK(cudaMemcpy(buf->p, host->data(), host->size() * 4, cudaMemcpyHostToDevice));
-  DevBuf qkvz(rows * width * 2), ba(rows * 2 * m.HV * 2), out(rows * m.HV * m.V * 2), z(rows * m.HV * m.V * 2),
-      conv(ps.num_slots * (W - 1) * D * 2), w(D * W * 2), conv_log(ps.num_slots * T * D * 2),
-      conv_log_out(ps.num_slots * T * D * 2), A_log(m.HV * 4), dt_bias(m.HV * 2);
-  for (DevBuf* x : {&qkvz, &ba, &conv, &w, &conv_log, &dt_bias}) fill(*x, act);
+  const AttnBufs bufs(m, rows, ps.num_slots, W - 1, act);
+  const int64_t width = bufs.width, D = bufs.D;
+  DevBuf conv_log(ps.num_slots * T * D * 2), conv_log_out(ps.num_slots * T * D * 2), A_log(m.HV * 4),
+      dt_bias(m.HV * 2);
+  for (DevBuf* x : {&conv_log, &dt_bias}) fill(*x, act);
   fill(A_log, DType::kFloat32);
   GdnAttentionArgs g;
-  g.core_attn_out = dev_view(out.p, act, {rows, m.HV, m.V});
-  g.z = dev_view(z.p, act, {rows, m.HV, m.V});
-  g.projected_states_qkvz = dev_view(qkvz.p, act, {rows, width});
-  g.projected_states_ba = dev_view(ba.p, act, {rows, 2 * m.HV});
-  g.num_k_heads = m.H;
-  g.num_v_heads = m.HV;
-  g.head_k_dim = m.K;
-  g.head_v_dim = m.V;
-  g.conv_state = dev_view(conv.p, act, {ps.num_slots, W - 1, D});
+  bufs.into(g, m, rows, ps.num_slots, W - 1, act, A_log, dt_bias);
   g.ssm_state = dev_view(arena.p, k.state, {ps.num_slots, m.HV, m.V, m.K});
-  g.conv_weights = dev_view(w.p, act, {D, W});
-  g.A_log = dev_view(A_log.p, DType::kFloat32, {m.HV});
-  g.dt_bias = dev_view(dt_bias.p, act, {m.HV});
-  g.num_actual_tokens = rows;
   g.num_spec_decodes = N;
   g.spec_query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
   g.num_accepted_tokens = dev_view(d_acc.p, DType::kInt32, {N});
@@ -70,12 +58,8 @@ Result run_attention_deferred(const Case& k, int replays, DevBuf& arena, cuda::p
   Status st = can_implement(g);
   if (!st.ok()) return Result{0, 0, 0, st.message()};
   Result res;
-  res.us = time_graph(ps.calls, replays, [&](int c, cudaStream_t s) {
-    GdnAttentionArgs gc = g;
-    gc.spec_state_indices_tensor = slots_of(c);
-    Status e = internal::gdn_attention(gc, s, force);
-    if (!e.ok()) std::fprintf(stderr, "gdn bench: %s\n", e.message().c_str());
-  });
+  res.us = time_attention(ps.calls, replays, g,
+                          [&](GdnAttentionArgs& x, int c) { x.spec_state_indices_tensor = slots_of(c); }, force);
   // state and conv window read and written once per sequence; T replayed and T written entries of
   // both logs; projections once, outputs and z once
   res.bytes = 2.0 * N * ps.slot_bytes + N * 2.0 * 2 * (W - 1) * D + N * 2.0 * T * (m.HV * E * 4.0 + D * 2.0) +
