@@ -7,11 +7,15 @@
   reference by FLA's error-ratio thresholds (0.005 chunked, 0.002 recurrent).
 * enable / disable on stand-in layers of both lookup layouts (module functions, instance
   attributes): what is patched, that disable restores it, and the errors.
+* whole_layer (hf_layer) on stand-in layers of both projection layouts with a stand-in of transformers'
+  cache protocol: metadata, pool copies, outputs against a torch reference, caches, fallbacks.
 * With transformers installed: tiny random Qwen3-Next, Qwen3.5 and Qwen3.5-MoE models built in code, float32 on
   the CPU: logits of a prompt and of greedy decoding with gdn-kernels against the model's own torch
   path (relative max error 1e-3: float32 sums in another order), and the same greedy tokens, for one
   prompt and for a left-padded batch of two (attention_mask); bf16 on
-  CUDA with 128-wide heads: prompt and teacher-forced decode logits (relative max error 3e-2).
+  CUDA with 128-wide heads: prompt and teacher-forced decode logits (relative max error 3e-2). The
+  same with whole_layer (every call on its path), its caches after prefill and decode against the
+  four-function mode's (conv bit for bit, states 1e-4), and its fallback for a padded prefill.
 """
 
 import sys
@@ -519,3 +523,114 @@ def test_whole_layer_refused():
         assert "forward" not in vars(model[0])
     finally:
         del sys.modules[mod.__name__]
+
+
+def linear_layers(model):
+    return [m for m in model.modules() if type(m).__name__ in hf.LAYER_CLASSES]
+
+
+def test_tiny_models_whole_layer_against_their_torch_path():
+    """whole_layer on the tiny models, float32 on the CPU: prompt logits (relative 1e-3) and greedy
+    tokens against the torch path, every GDN call on the whole-layer path; disable() restores the forward."""
+    for name, build in tiny_models():
+        torch.manual_seed(0)
+        model = build().eval()
+        prompt = torch.randint(0, 99, (1, 12))
+        with torch.no_grad():
+            ref_logits = model(prompt).logits
+            ref_tokens = model.generate(prompt, max_new_tokens=32, do_sample=False)
+            h = hf.enable(model, whole_layer=True)
+            try:
+                logits = model(prompt).logits
+                tokens = model.generate(prompt, max_new_tokens=32, do_sample=False)
+            finally:
+                h.disable()
+        err = rel_err(logits, ref_logits)
+        assert err <= 1e-3, f"{name}: prompt logits, relative max error {err}"
+        assert torch.equal(tokens, ref_tokens), f"{name}: greedy tokens differ"
+        assert h.stats.calls > 0 and not h.stats.fallbacks, f"{name}: {h.stats.calls} calls, {dict(h.stats.fallbacks)}"
+        assert all("forward" not in vars(m) for m in linear_layers(model)), f"{name}: disable left a forward"
+
+
+def cache_snapshot(model, cache):
+    """Copies of (conv cache, recurrent state) of each GDN layer (transformers' LinearAttentionLayer)."""
+    return [(cache.layers[m.layer_idx].conv_states[0].clone(), cache.layers[m.layer_idx].recurrent_states[0].clone())
+            for m in linear_layers(model)]
+
+
+def test_tiny_models_whole_layer_cache_against_four_functions():
+    """The cache after a prefill and after each of 3 decode steps, whole_layer against the four-function
+    mode: conv caches bit for bit (copies of the same inputs), recurrent states within 1e-4."""
+    for name, build in tiny_models():
+        torch.manual_seed(2)
+        model = build().eval()
+        prompt = torch.randint(0, 99, (2, 9))
+        steps = torch.randint(0, 99, (3, 2, 1))
+        caches = []
+        for whole in (False, True):
+            h = hf.enable(model, whole_layer=whole)
+            try:
+                with torch.no_grad():
+                    cache = model(prompt, use_cache=True).past_key_values
+                    snaps = [cache_snapshot(model, cache)]
+                    for tok in steps:
+                        cache = model(tok, past_key_values=cache, use_cache=True).past_key_values
+                        snaps.append(cache_snapshot(model, cache))
+            finally:
+                h.disable()
+            if whole:
+                assert h.stats.calls > 0 and not h.stats.fallbacks, f"{name}: {dict(h.stats.fallbacks)}"
+            caches.append(snaps)
+        for step, (four, whole) in enumerate(zip(*caches)):
+            for (c4, s4), (cw, sw) in zip(four, whole):
+                assert torch.equal(cw, c4), f"{name}: conv cache after step {step}"
+                assert sw.dtype == s4.dtype and sw.shape == s4.shape
+                torch.testing.assert_close(sw, s4, rtol=1e-4, atol=1e-4, msg=f"{name}: state after step {step}")
+
+
+def test_tiny_models_whole_layer_padded_batch_falls_back():
+    """A left-padded batch: the padded prefill takes the original forward (counted), the results are
+    still those of the torch path; the decode steps after it (no padding) take the whole-layer path."""
+    for name, build in tiny_models():
+        torch.manual_seed(1)
+        model = build().eval()
+        prompt = torch.randint(1, 99, (2, 12))
+        mask = torch.ones(2, 12, dtype=torch.long)
+        mask[1, :4] = 0
+        with torch.no_grad():
+            ref_logits = model(prompt, attention_mask=mask).logits
+            ref_tokens = model.generate(prompt, attention_mask=mask, max_new_tokens=8, do_sample=False)
+            h = hf.enable(model, whole_layer=True)
+            try:
+                logits = model(prompt, attention_mask=mask).logits
+                tokens = model.generate(prompt, attention_mask=mask, max_new_tokens=8, do_sample=False)
+            finally:
+                h.disable()
+        valid = mask.bool()
+        err = rel_err(logits[valid], ref_logits[valid])
+        assert err <= 1e-3, f"{name}: padded batch logits, relative max error {err}"
+        assert torch.equal(tokens, ref_tokens), f"{name}: padded batch greedy tokens differ"
+        assert h.stats.fallbacks.get("attention mask with padding", 0) > 0, f"{name}: {dict(h.stats.fallbacks)}"
+        assert h.stats.calls > 0, f"{name}: the decode steps after the padded prefill took the whole-layer path"
+
+
+@requires_cuda
+def test_tiny_models_whole_layer_on_cuda_against_their_torch_path():
+    """As test_tiny_models_on_cuda_against_their_torch_path, with whole_layer: bf16, K = V = 128, a
+    100-token prompt and 32 teacher-forced decode steps, relative max error 3e-2; whole-layer calls only."""
+    for name, build in tiny_models(head_dim=128):
+        torch.manual_seed(0)
+        model = build().to(device="cuda", dtype=torch.bfloat16).eval()
+        prompt = torch.randint(0, 99, (1, 100), device="cuda")
+        with torch.no_grad():
+            tokens = model.generate(prompt, max_new_tokens=32, do_sample=False)
+            ref_prefill, ref_decode = teacher_forced_logits(model, prompt, tokens)
+            h = hf.enable(model, whole_layer=True)
+            try:
+                prefill, decode = teacher_forced_logits(model, prompt, tokens)
+            finally:
+                h.disable()
+        for what, got, ref in (("prompt", prefill, ref_prefill), ("decode", decode, ref_decode)):
+            err = rel_err(got.float(), ref.float())
+            assert err <= 3e-2, f"{name}: {what} logits, relative max error {err}"
+        assert h.stats.calls > 0 and not h.stats.fallbacks, f"{name}: {dict(h.stats.fallbacks)}"
