@@ -3,6 +3,7 @@
     import gdn_kernels.hf
     handle = gdn_kernels.hf.enable(model)   # the model's GDN layers now run on gdn-kernels
     handle.disable()                        # back to what they ran before
+    handle = gdn_kernels.hf.enable(model, whole_layer=True)  # each layer's core in one gdn_attention call
 
 transformers calls four kernel functions from these layers, by the conventions of its own torch
 fallbacks: ``causal_conv1d_fn`` and ``causal_conv1d_update`` (channels-first ``[B, D, T]``
@@ -20,6 +21,12 @@ functions of the layer's modeling module (recent versions, where the layer calls
 ``chunk_gated_delta_rule``, ``recurrent_gated_delta_rule``, ``causal_conv1d_fn`` and
 ``causal_conv1d_update`` (earlier versions). Other layouts, and transformers older than
 ``MIN_VERSION``, are refused with an error naming what was found.
+
+``enable(model, whole_layer=True)`` also replaces each layer's forward: its conv, gates and delta
+rule become one :func:`gdn_kernels.gdn_attention` call per layer between transformers' own input
+projections and its gated norm and out projection (:mod:`gdn_kernels.hf_layer`); cases that path
+does not take (a padded attention mask, packed sequences, ...) run the original forward on the four
+functions. ``handle.stats`` counts both.
 """
 
 from typing import Callable, Dict, List, Optional, Tuple
@@ -28,6 +35,7 @@ import torch
 from torch import Tensor
 
 from . import fla
+from . import hf_layer
 from . import ops as _ops
 
 MIN_VERSION = (4, 57)  # Qwen3-Next's first release; Qwen3.5 from 5.2
@@ -136,15 +144,28 @@ class Handle:
     def __init__(self):
         self._undo: List[Tuple[object, str, object]] = []
         self.layers = 0
+        self.stats = hf_layer.Stats()  # whole_layer: calls taken, fallbacks by reason
 
     def _set(self, owner, name: str, fn: Callable) -> None:
         self._undo.append((owner, name, getattr(owner, name)))
         setattr(owner, name, fn)
 
+    def _set_instance(self, owner, name: str, fn: Callable) -> None:
+        """Sets an instance attribute; disable removes it again when the instance had none (a method)."""
+        had = name in vars(owner)
+        self._undo.append((owner, name, vars(owner)[name] if had else _ABSENT))
+        setattr(owner, name, fn)
+
     def disable(self) -> None:
         for owner, name, old in reversed(self._undo):
-            setattr(owner, name, old)
+            if old is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
         self._undo.clear()
+
+
+_ABSENT = object()
 
 
 def _check_version() -> None:
@@ -184,35 +205,57 @@ def _global_names(fn, depth: int = 4) -> set:
     return names
 
 
-def enable(model: torch.nn.Module, check_version: bool = True) -> Handle:
+def _check_whole_layer(layer) -> None:
+    names = _global_names(type(layer).forward)
+    missing = [n for n in hf_layer.CACHE_PROTOCOL if n not in names]
+    if missing:
+        raise RuntimeError(f"gdn_kernels.hf: whole_layer: {type(layer).__name__}.forward does not use the cache "
+                           f"protocol it needs (missing {missing}); use enable(model) for this transformers")
+    if hf_layer.family(layer) is None:
+        raise RuntimeError(f"gdn_kernels.hf: whole_layer: {type(layer).__name__} has neither in_proj_qkvz/in_proj_ba "
+                           "nor in_proj_qkv/in_proj_z/in_proj_b/in_proj_a")
+
+
+def enable(model: torch.nn.Module, check_version: bool = True, whole_layer: bool = False) -> Handle:
     """Runs the Gated DeltaNet layers of ``model`` (classes ``LAYER_CLASSES``) on gdn-kernels: their
     modeling modules' kernel functions, or the layers' kernel attributes, whichever the installed
-    transformers uses. Returns a :class:`Handle`; raises if the model has no such layer or a layer
-    looks up its kernels in a way this module does not know."""
+    transformers uses. With ``whole_layer`` each layer's forward also becomes
+    :func:`gdn_kernels.hf_layer.whole_layer_forward` (one gdn_attention call per layer), falling back
+    to the original forward (on the four functions) for the cases it does not take. Returns a
+    :class:`Handle`; raises if the model has no such layer, a layer looks up its kernels in a way
+    this module does not know, or (``whole_layer``) its forward does not use transformers' 5.x
+    cache protocol or its projections are of neither known layout."""
     import sys
 
     if check_version:
         _check_version()
     handle = Handle()
     patched_modules = set()
-    for layer in model.modules():
-        if type(layer).__name__ not in LAYER_CLASSES:
-            continue
-        if all(hasattr(layer, n) for n in INSTANCE_NAMES):
-            for n, fn in INSTANCE_NAMES.items():
-                handle._set(layer, n, fn)
-        else:
-            mod = sys.modules[type(layer).__module__]
-            names = _global_names(type(layer).forward)
-            if not all(hasattr(mod, n) and n in names for n in MODULE_NAMES):
-                raise RuntimeError(f"gdn_kernels.hf: {type(layer).__name__} ({type(layer).__module__}) calls its "
-                                   f"kernels neither through {sorted(INSTANCE_NAMES)} attributes nor through the "
-                                   f"module functions {sorted(MODULE_NAMES)}: unsupported transformers layout")
-            if mod not in patched_modules:
-                for n, fn in MODULE_NAMES.items():
-                    handle._set(mod, n, fn)
-                patched_modules.add(mod)
-        handle.layers += 1
+    try:
+        for layer in model.modules():
+            if type(layer).__name__ not in LAYER_CLASSES:
+                continue
+            if all(hasattr(layer, n) for n in INSTANCE_NAMES):
+                for n, fn in INSTANCE_NAMES.items():
+                    handle._set(layer, n, fn)
+            else:
+                mod = sys.modules[type(layer).__module__]
+                names = _global_names(type(layer).forward)
+                if not all(hasattr(mod, n) and n in names for n in MODULE_NAMES):
+                    raise RuntimeError(f"gdn_kernels.hf: {type(layer).__name__} ({type(layer).__module__}) calls its "
+                                       f"kernels neither through {sorted(INSTANCE_NAMES)} attributes nor through the "
+                                       f"module functions {sorted(MODULE_NAMES)}: unsupported transformers layout")
+                if mod not in patched_modules:
+                    for n, fn in MODULE_NAMES.items():
+                        handle._set(mod, n, fn)
+                    patched_modules.add(mod)
+            if whole_layer:
+                _check_whole_layer(layer)
+                handle._set_instance(layer, "forward", hf_layer.make_forward(layer, layer.forward, handle.stats))
+            handle.layers += 1
+    except Exception:
+        handle.disable()  # nothing stays patched when a layer is refused
+        raise
     if handle.layers == 0:
         raise RuntimeError(f"gdn_kernels.hf: the model has no layer of {LAYER_CLASSES}")
     return handle
