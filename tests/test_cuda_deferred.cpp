@@ -10,7 +10,8 @@
 //     tolerances, other log entries and the null slot untouched. Float32 / bf16 / fp16 activations
 //     and state, both layouts ("vk" dense, "kv" with a padded slot stride), K 32 / 48 / 64 / 128 / 256,
 //     V 8 / 16 / 40 / 64 (partial row blocks), head ratios 1, 2, 4, the gate forms (decay and beta
-//     given, no l2 norm, float32 a, b beside bf16 q).
+//     given, no l2 norm, float32 a, b beside bf16 q); the K = 128 "vk" cases take the lean form on
+//     the planner's choice.
 //   CudaDeferred.TreesEqualTheirPaths: a chain-shaped tree is linear verify byte for byte (4 and 20
 //     tokens: one chunk and several); random trees (up to 16 nodes and depth 8, one of 24 nodes,
 //     parents outside [0, t)) equal the CPU's trees, each node equals CUDA linear verify of its
@@ -42,6 +43,7 @@ std::vector<TCase> traj_cases() {
   return {{"f32_vk_K32", DType::kFloat32, DType::kFloat32, StateLayout::kVK, 2, 4, 32, 16, plain, false},
           {"bf16_kv_K48", DType::kBFloat16, DType::kBFloat16, StateLayout::kKV, 1, 4, 48, 40, plain, false},
           {"f16_vk_K128", DType::kFloat16, DType::kFloat16, StateLayout::kVK, 2, 2, 128, 64, plain, false},
+          {"bf16_f32state_vk_K128", DType::kBFloat16, DType::kFloat32, StateLayout::kVK, 1, 2, 128, 128, plain, false},
           {"bf16_f32state_K256_abf32", DType::kBFloat16, DType::kFloat32, StateLayout::kVK, 1, 4, 256, 8, plain, true},
           {"f32_vk_K128_forms", DType::kFloat32, DType::kFloat32, StateLayout::kVK, 2, 4, 128, 40, forms, false},
           {"bf16_kv_K64_forms", DType::kBFloat16, DType::kBFloat16, StateLayout::kKV, 2, 2, 64, 16, forms, true}};

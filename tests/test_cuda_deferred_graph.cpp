@@ -58,6 +58,7 @@ TEST_P(CudaDeferredGraph, ReplaysWithNewMetadata) {
   Rng r(9500);
   AttnProblem p;
   p.act = DType::kFloat32; p.ssm_dtype = DType::kFloat32; p.cols = kCols; p.reorder = true;
+  p.H = 1; p.HV = 2; p.K = 128;  // the non-spec group (chains) in the lean form, the spec group (a tree) not
   p.conv_layout = SpecConvLayout::kPerToken; p.conv_rows_extra = 1;
   p.num_slots = kSlots; p.null_id = kNull;
   p.num_actual = 18;  // the tokens of kLens

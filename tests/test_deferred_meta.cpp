@@ -26,7 +26,7 @@ namespace {
 
 class DeferredMeta : public ::testing::TestWithParam<Backend> {};
 
-constexpr int64_t kH = 1, kHV = 2, kK = 16, kV = 8, kCols = 4;
+constexpr int64_t kH = 1, kHV = 2, kK = 128, kV = 8, kCols = 4;  // K = 128: the lean form's shape (chains)
 
 // A deferred call: 5 sequences in 7 slots (4 and 6 unnamed), sequence 2 padding (the null block 1),
 // sequence 3 without initial state; a log of kCols rows per slot; 15 token rows (2 past the last).

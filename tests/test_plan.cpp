@@ -419,7 +419,29 @@ TEST(Plan, Deferred) {
   EXPECT_EQ(plan(64, 32, 128, 132, {Path::kDeferredSmall}).path, Path::kDeferredSmall);  // forced
   EXPECT_EQ(plan(1, 8, 128, 132, {Path::kDeferred}).path, Path::kDeferred);
   EXPECT_EQ(plan(1, 8, 128, 132, {Path::kLean}).path, Path::kDeferredSmall);  // another kernel's path: ignored
-  EXPECT_TRUE(is_deferred_path(Path::kDeferred) && is_deferred_path(Path::kDeferredSmall));
+  EXPECT_TRUE(is_deferred_path(Path::kDeferred) && is_deferred_path(Path::kDeferredSmall) &&
+              is_deferred_path(Path::kDeferredLean));
+  // The lean form wherever it applies, at every batch size, one warp per 8 rows; forcing the general
+  // kernel's forms bypasses it; forcing it where it does not apply is the planner's choice.
+  auto lean = [&](int64_t nseq, int HV, Override f = {}, bool ok = true) {
+    DeferredProblem p;
+    p.nseq = nseq;
+    p.HV = HV;
+    p.V = 128;
+    p.lean_ok = ok;
+    return plan_deferred(p, 9, 132, f);
+  };
+  for (int64_t n : {1, 2, 64, 256}) {
+    const DeferredPlan l = lean(n, 32);
+    EXPECT_EQ(l.path, Path::kDeferredLean) << n;
+    EXPECT_TRUE(l.rows == kDeferredSmallRows && l.grid_x == 16 && l.grid_y == 32 && l.grid_z == n) << n;
+  }
+  EXPECT_EQ(lean(64, 32, {Path::kDeferredLean}).path, Path::kDeferredLean);
+  EXPECT_EQ(lean(64, 32, {Path::kDeferred}).path, Path::kDeferred);
+  EXPECT_EQ(lean(64, 32, {Path::kDeferredSmall}).path, Path::kDeferredSmall);
+  EXPECT_EQ(lean(64, 32, {Path::kDeferredLean}, false).path, Path::kDeferred);
+  EXPECT_EQ(lean(1, 8, {Path::kDeferredLean}, false).path, Path::kDeferredSmall);
+  EXPECT_EQ(lean(1, 8, {Path::kLean}).path, Path::kDeferredLean);  // another kernel's path: ignored
   EXPECT_FALSE(is_deferred_path(Path::kPacked) || is_step_path(Path::kDeferred) || is_chunk_path(Path::kDeferred));
   // The other planners ignore the deferred kernel's paths.
   EXPECT_EQ(plan_launch(qwen(64, 1, 4, false), 9, FakeFacts(132), {Path::kDeferred}).path,

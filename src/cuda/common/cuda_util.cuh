@@ -52,7 +52,7 @@ struct IndexRef {
     const int64_t off = i * row_stride + j;
     return is64 ? static_cast<const int64_t*>(ptr)[off] : static_cast<const int32_t*>(ptr)[off];
   }
-  __device__ __forceinline__ bool present() const { return ptr != nullptr; }
+  __host__ __device__ __forceinline__ bool present() const { return ptr != nullptr; }
 };
 
 inline IndexRef index_ref(const TensorView& v) {

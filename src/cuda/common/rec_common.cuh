@@ -337,7 +337,7 @@ __device__ __forceinline__ SeqInfo start_seq(const RecurrentParams& p, const Gro
 // (KP each, zero past K) and the gate inputs a, b in form f (gates.cuh; the default form, computed
 // gates and l2 norms, where the caller passes none).
 struct TokenGates {
-  float decay, beta;
+  float decay, beta, g;  // g: the log-space decay (decay = exp(g))
 };
 template <int L, int EPL>
 __device__ __forceinline__ TokenGates prep_regs(float a, float b, float A, float dtb, float scale, float (&kr)[EPL],
@@ -356,6 +356,7 @@ __device__ __forceinline__ TokenGates prep_regs(float a, float b, float A, float
   const GateValues gv = gate_values(f, a, b, A, dtb);
   TokenGates tg;
   tg.beta = gv.beta;
+  tg.g = gv.g;
   tg.decay = expf(gv.g);
 #pragma unroll
   for (int e = 0; e < EPL; ++e) {
@@ -448,8 +449,9 @@ __device__ __forceinline__ float pick_row(float (&ov)[R], int ln) {
 }
 
 // One token for a lane group's R rows, given k^, q^ (this lane's elements) and the gates;
-// v_of(j): v of row j (0 past V); kMulti: the reduce-scatter sums above. Returns o of row ln for lanes ln < R.
-template <int L, int G, int R, int EPL, bool kMulti = false, typename VOf>
+// v_of(j): v of row j (0 past V); kMulti: the reduce-scatter sums above. Returns o of row ln for
+// lanes ln < R; kOut false: the state's update alone (qr unread, 0 returned).
+template <int L, int G, int R, int EPL, bool kMulti = false, bool kOut = true, typename VOf>
 __device__ __forceinline__ float recur_rows(float (&s)[R][EPL], const float (&kr)[EPL], const float (&qr)[EPL],
                                            TokenGates tg, VOf v_of, int ln) {
   float dot[R], ov[R];
@@ -469,11 +471,12 @@ __device__ __forceinline__ float recur_rows(float (&s)[R][EPL], const float (&kr
     ov[j] = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
-      s[j][e] += d * kr[e];      // S += d k^T
-      ov[j] += s[j][e] * qr[e];  // o = S q^
+      s[j][e] += d * kr[e];                           // S += d k^T
+      if constexpr (kOut) ov[j] += s[j][e] * qr[e];  // o = S q^
     }
   }
-  return pick_row<L, R, kMulti>(ov, ln);
+  if constexpr (kOut) return pick_row<L, R, kMulti>(ov, ln);
+  return 0.f;
 }
 
 // One token for a lane group's R rows (row j at block-local index lrow0 + j G; rows with

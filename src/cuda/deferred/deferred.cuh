@@ -437,35 +437,4 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
   if (!commit_before) store_w();
 }
 
-template <typename TAct, typename TS>
-Status launch_deferred(const DeferredParams& p, plan::Override force, cudaStream_t stream) {
-  const int64_t nseq = p.group[0].n;
-  if (nseq == 0) return Status::Ok();
-  int dev = 0, major = 0, sms = 0;
-  GDN_RETURN_IF_ERROR(device_of(&dev, &major, &sms));
-  plan::DeferredProblem pb;
-  pb.nseq = nseq;
-  pb.HV = p.HV;
-  pb.V = p.V;
-  const plan::DeferredPlan pl = plan::plan_deferred(pb, major, sms, force);
-  const dim3 grid(static_cast<unsigned>(pl.grid_x), static_cast<unsigned>(pl.grid_y), static_cast<unsigned>(pl.grid_z));
-  auto go = [&](auto kp_tag, auto small_tag) -> Status {
-    constexpr int KP = decltype(kp_tag)::value;
-    constexpr bool kS = decltype(small_tag)::value;
-    using Tr = DeferredTraits<TS, KP, kS>;
-    const bool dense = kHasVec<TS, Tr::kPiece> && !p.kv_layout && p.state_vec && p.K == KP;
-    return Launch(grid, Tr::kThreads, 0, stream)(
-        dense ? deferred_kernel<TAct, TS, KP, true, kS> : deferred_kernel<TAct, TS, KP, false, kS>, p);
-  };
-  auto by_form = [&](auto kp_tag) -> Status {
-    if (pl.path == plan::Path::kDeferredSmall) return go(kp_tag, std::true_type{});
-    return go(kp_tag, std::false_type{});
-  };
-  if (p.K <= 32) return by_form(std::integral_constant<int, 32>{});
-  if (p.K <= 64) return by_form(std::integral_constant<int, 64>{});
-  if (p.K <= 128) return by_form(std::integral_constant<int, 128>{});
-  if (p.K <= 256) return by_form(std::integral_constant<int, 256>{});
-  return Status::Error("unsupported head_k_dim " + std::to_string(p.K) + " on CUDA: at most 256");
-}
-
 }  // namespace gdn::cuda

@@ -1,5 +1,5 @@
 // The deferred-commit kernel for f16 activations and f32 state (every K and block form).
-#include "cuda/deferred/deferred.cuh"
+#include "cuda/deferred/deferred_launch.cuh"
 
 namespace gdn::cuda {
 template Status launch_deferred<__half, float>(const DeferredParams&, plan::Override, cudaStream_t);

@@ -8,7 +8,7 @@ namespace {
 
 constexpr const char* kNames[] = {"auto",           "lean",           "lean_more",         "lean_staged",
                                   "pipelined",      "register_small", "register_mid",      "register_large",
-                                  "packed",         "deferred",       "deferred_small",    "chunk_vs32",
+                                  "packed",         "deferred",       "deferred_small",    "deferred_lean",     "chunk_vs32",
                                   "chunk_vs64",     "chunk_split",    "step_pipelined",    "step_pipelined_prologue",
                                   "step_cluster",   "step_cluster_lean", "step_two_launches"};
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Path::kCount), "a name per path");
@@ -214,7 +214,9 @@ bool parse_path(const char* s, Path* out) {
 
 bool is_step_path(Path p) { return p >= Path::kStepPipelined && p < Path::kCount; }
 bool is_chunk_path(Path p) { return p == Path::kChunk32 || p == Path::kChunk64 || p == Path::kChunkSplit; }
-bool is_deferred_path(Path p) { return p == Path::kDeferred || p == Path::kDeferredSmall; }
+bool is_deferred_path(Path p) {
+  return p == Path::kDeferred || p == Path::kDeferredSmall || p == Path::kDeferredLean;
+}
 bool takes_gate_forms(Path p) {
   switch (p) {
     case Path::kLean:
@@ -232,11 +234,12 @@ bool takes_gate_forms(Path p) {
 DeferredPlan plan_deferred(const DeferredProblem& p, int cc_major, int sms, Override force) {
   const Tuning& t = tuning_for(cc_major);
   DeferredPlan pl;
+  const bool forced = force.path == Path::kDeferred || force.path == Path::kDeferredSmall;
   const int64_t large = p.nseq * p.HV * ((p.V + kDeferredRows - 1) / kDeferredRows);
-  const bool small = is_deferred_path(force.path) ? force.path == Path::kDeferredSmall
-                                                  : at_most(large, t.deferred_small_blocks, t, sms > 0 ? sms : 1);
-  pl.path = small ? Path::kDeferredSmall : Path::kDeferred;
-  pl.rows = small ? kDeferredSmallRows : kDeferredRows;
+  const bool small = forced ? force.path == Path::kDeferredSmall
+                            : at_most(large, t.deferred_small_blocks, t, sms > 0 ? sms : 1);
+  pl.path = p.lean_ok && !forced ? Path::kDeferredLean : small ? Path::kDeferredSmall : Path::kDeferred;
+  pl.rows = pl.path == Path::kDeferred ? kDeferredRows : kDeferredSmallRows;
   pl.grid_x = (p.V + pl.rows - 1) / pl.rows;
   pl.grid_y = p.HV;
   pl.grid_z = p.nseq;

@@ -38,6 +38,7 @@ enum class Path : uint8_t {
   // the deferred-commit mode's kernel, by rows per block
   kDeferred,       // kDeferredRows rows (four warps)
   kDeferredSmall,  // kDeferredSmallRows rows (one warp)
+  kDeferredLean,   // linear verify in the lean kernel's layout (deferred_lean.cuh)
   // the chunked op's chunk kernel, by value columns per block
   kChunk32,
   kChunk64,
@@ -168,15 +169,19 @@ struct AttentionChunkPlan {
 };
 AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_major, int sms, Override force = {});
 
-// The deferred-commit mode (gated_delta_rule_recurrent with verify_log; deferred/deferred.cuh): its
-// kernel in one of two block sizes, kDeferredRows rows of a (sequence, value head) per block (four
-// warps sharing a chunk's staged inputs and key products) or kDeferredSmallRows (one warp). The
-// four-warp form unless its grid would leave most SMs idle: at most deferred_small_blocks blocks
-// (scaled by the SM count), where the one-warp form's four times as many blocks spread further.
+// The deferred-commit mode (gated_delta_rule_recurrent with verify_log): the lean form
+// (deferred/deferred_lean.cuh: one warp per kDeferredSmallRows rows, no shared memory) wherever it
+// applies (lean_ok: a chain, K = 128, dense "vk" state, aligned q / k); else the general kernel
+// (deferred/deferred.cuh: trees, every shape) in one of two block sizes, kDeferredRows rows of a
+// (sequence, value head) per block (four warps sharing a chunk's staged inputs and key products) or
+// kDeferredSmallRows (one warp). The four-warp form unless its grid would leave most SMs idle: at
+// most deferred_small_blocks blocks (scaled by the SM count), where the one-warp form's four times
+// as many blocks spread further. A forced path runs where it can (the lean form where lean_ok).
 constexpr int kDeferredRows = 32, kDeferredSmallRows = 8;
 struct DeferredProblem {
   int64_t nseq = 0;
   int HV = 0, V = 0;
+  bool lean_ok = false;
 };
 struct DeferredPlan {
   Path path = Path::kDeferred;

@@ -1,0 +1,133 @@
+// src/cuda/deferred/deferred_lean.cuh — the deferred-commit mode's linear verify (no token tree) in
+// the lean kernel's manner (lean/recurrent_lean.cuh): one warp owning 8 rows of a (sequence, value
+// head), a row's K = 128 elements over 16 lanes, every input loaded by each lane into its
+// registers; no shared memory, no barrier.
+//   grid = (V / 8, HV, sequences), block = one warp.
+// Per sequence: the state read once, its logged rows replayed (the recurrence's update of
+// recur_rows without an output: with float32 state the bits the per-token mode stored), the state
+// written once, the step's tokens through recur_rows (outputs and log entries). deferred.cuh's
+// kernel takes what this one does not (trees, other K, "kv" or strided state, unaligned q / k).
+#pragma once
+#include "cuda/deferred/deferred.cuh"
+#include "cuda/lean/recurrent_lean.cuh"
+
+namespace gdn::cuda {
+
+// 16 lanes per row: G = 2 rows at once, R = 4 rows per lane, EPL = 8 elements of each per lane,
+// whatever the state's dtype (against 32 lanes for float32 state, as the lean kernel streams it,
+// and 8: see docs/performance.md).
+struct DeferredLeanTraits {
+  static constexpr int kLanes = 16, kGroups = 32 / kLanes, kRowsPerLane = 8 / kGroups, kEPL = 128 / kLanes;
+  static constexpr int kRows = kGroups * kRowsPerLane;  // plan::kDeferredSmallRows
+};
+
+template <typename TAct, typename TState>
+__global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocksSpec)
+    deferred_lean_kernel(const __grid_constant__ DeferredParams p) {
+  using Tr = DeferredLeanTraits;
+  constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = Tr::kEPL, KP = L * EPL;
+  static_assert(KP == 128 && Tr::kRows == plan::kDeferredSmallRows, "K = 128, the planner's block rows");
+  const int lane = threadIdx.x, ln = lane % L;
+  const int hv = blockIdx.y, h = hv / p.r;
+  const int row0 = blockIdx.x * Tr::kRows + lane / L;  // this lane group's row j: row0 + j G
+  const GroupMeta& g = p.group[0];
+  const int64_t i = blockIdx.z;
+  const SeqInfo si = start_seq(p, g, i, false);  // slot0: the sequence's slot; pad: unusable
+  const rules::TokenRange tr = si.tr;
+  const int64_t slot = si.slot0;
+  const int64_t K = p.K, V = p.V;
+  bool pad = si.pad;
+  if (p.out_rows >= 0) {  // gdn_attention: a token outside the buffers makes its sequence padding
+    bool bad = false;
+    for (int64_t t = lane; t < tr.len; t += 32) bad |= out_row(p, tr.begin + t) < 0;
+    pad = __any_sync(0xffffffffu, bad) || pad;
+  }
+  TState* const sp = static_cast<TState*>(p.state) + slot * p.state_slot_stride +
+                     (static_cast<int64_t>(hv) * V + row0) * KP + ln * EPL;  // row j at sp + j G K
+  float s[R][EPL];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
+    if (!pad && si.init) load_vec<TState, EPL>(sp + j * G * KP, s[j]);
+  }
+  TAct* const o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * V + row0;  // row j at o + j G
+  if (pad) {  // nothing read or written but zero outputs (at the rows that exist)
+    for (int64_t t = 0; t < tr.len; ++t) {
+      const int64_t orow = out_row(p, tr.begin + t);
+      if (orow >= 0 && ln < R) o[orow * p.o_rs + ln * G] = from_float<TAct>(0.f);
+    }
+    return;
+  }
+  const int64_t n_rep =
+      si.init && g.num_accepted.present() ? rules::clamp64(g.num_accepted(i), 0, p.log_cols) : 0;
+  auto store = [&]() {
+#pragma unroll
+    for (int j = 0; j < R; ++j) store_vec<TState, EPL>(sp + j * G * KP, s[j]);
+  };
+
+  // 1. the replay: logged k^, v, g, beta as consumed, until a path entry outside the log
+  for (int64_t j = 0; j < n_rep; ++j) {
+    const int64_t row = p.path.present() ? p.path(i, j) : j;
+    if (row < 0 || row >= p.log_cols) break;
+    const float* e = log_entry(p.log_in, p.log_in_rs, p, slot, row, hv);
+    float kr[EPL], vr[R];
+#pragma unroll
+    for (int c = 0; c < EPL; ++c) kr[c] = e[ln * EPL + c];
+#pragma unroll
+    for (int r = 0; r < R; ++r) vr[r] = e[K + row0 + r * G];
+    TokenGates tg;
+    tg.g = e[K + V];
+    tg.decay = expf(tg.g);
+    tg.beta = e[K + V + 1];
+    recur_rows<L, G, R, EPL, true, false>(s, kr, kr, tg, [&](int r) { return vr[r]; }, ln);
+  }
+
+  // 2. the one state write: the replayed state, before a verify step's tokens (or a sequence of none)
+  const bool commit_before = p.log_tokens || tr.len == 0;
+  if (commit_before) store();
+
+  // 3. the step's tokens: outputs; a verify step's first log_cols tokens logged (k^, g and beta by
+  //    the first row block, v by each block for its rows)
+  float A, dtb;
+  head_decay(p, p.gates, hv, A, dtb);
+  for (int64_t t = 0; t < tr.len; ++t) {
+    const int64_t row = tr.begin + t;
+    float qr[EPL], kr[EPL], vr[R];
+    load_vec<TAct, EPL, false>(q_row<TAct>(p, row, h) + ln * EPL, qr);
+    load_vec<TAct, EPL, false>(k_row<TAct>(p, row, h) + ln * EPL, kr);
+    const TAct* vp = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * V + row0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) vr[r] = to_float(vp[r * G]);
+    const float av = p.a(row * p.src.a_rs + hv), bv = p.b(row * p.src.b_rs + hv);
+    const int64_t orow = out_row(p, row);
+    const TokenGates tg = prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr, p.gates);
+    if (p.log_tokens && t < p.log_cols) {
+      float* e = log_entry(p.log_out, p.log_out_rs, p, slot, t, hv);
+      if (blockIdx.x == 0 && lane < L) {
+#pragma unroll
+        for (int c = 0; c < EPL; ++c) e[ln * EPL + c] = kr[c];
+        if (ln == 0) e[K + V] = tg.g, e[K + V + 1] = tg.beta;
+      }
+      float vm = vr[0];
+#pragma unroll
+      for (int r = 1; r < R; ++r) vm = ln == r ? vr[r] : vm;
+      if (ln < R) e[K + row0 + ln * G] = vm;
+    }
+    const float mine = recur_rows<L, G, R, EPL, true>(s, kr, qr, tg, [&](int r) { return vr[r]; }, ln);
+    if (ln < R) o[orow * p.o_rs + ln * G] = from_float<TAct>(mine);
+  }
+
+  // 2'. the one state write of a step whose tokens are all accepted (log_tokens false): after them
+  if (!commit_before) store();
+}
+
+// Whether the lean form takes the batch: a chain (no token_parents), K = 128, dense "vk" state
+// with 16-byte rows, V a multiple of the block's rows, 16-byte aligned q and k rows.
+template <typename TAct, typename TS>
+bool deferred_lean_applies(const DeferredParams& p) {
+  return !p.parents.present() && p.K == 128 && !p.kv_layout && p.state_vec && p.V % 8 == 0 &&
+         aligned16(p.src.q, p.src.q_rs, sizeof(TAct)) && aligned16(p.src.k, p.src.k_rs, sizeof(TAct));
+}
+
+}  // namespace gdn::cuda
