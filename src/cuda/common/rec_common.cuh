@@ -20,83 +20,43 @@ namespace gdn::cuda {
 // Tuning (bench/sweep.sh, H200): warps per block, lanes per state row, rows
 // per lane group and resident blocks per SM the register budget must allow, for float32 and for
 // 16-bit state, and for the fused step.
-#ifndef GDN_REC_WARPS_F32
-#define GDN_REC_WARPS_F32 1
-#endif
-#ifndef GDN_REC_LANES_F32
-#define GDN_REC_LANES_F32 16
-#endif
-#ifndef GDN_REC_ROWS_F32
-#define GDN_REC_ROWS_F32 4
-#endif
-#ifndef GDN_REC_MB_F32
-#define GDN_REC_MB_F32 32
-#endif
-#ifndef GDN_REC_WARPS_16
-#define GDN_REC_WARPS_16 1
-#endif
-#ifndef GDN_REC_LANES_16
-#define GDN_REC_LANES_16 16
-#endif
-#ifndef GDN_REC_ROWS_16
-#define GDN_REC_ROWS_16 4
-#endif
-#ifndef GDN_REC_MB_16
-#define GDN_REC_MB_16 32
-#endif
-#ifndef GDN_FUSED_WARPS
-#define GDN_FUSED_WARPS 16  // warps per block, two-launch fused step (amortises the per-block conv)
-#endif
-#ifndef GDN_FUSED_ROWS_F32
-#define GDN_FUSED_ROWS_F32 2
-#endif
-#ifndef GDN_FUSED_ROWS_16
-#define GDN_FUSED_ROWS_16 2
-#endif
-#ifndef GDN_FUSED_MB
-#define GDN_FUSED_MB 2
-#endif
+constexpr int kRecWarpsF32 = 1;
+constexpr int kRecLanesF32 = 16;
+constexpr int kRecRowsF32 = 4;
+constexpr int kRecMbF32 = 32;
+constexpr int kRecWarps16 = 1;
+constexpr int kRecLanes16 = 16;
+constexpr int kRecRows16 = 4;
+constexpr int kRecMb16 = 32;
+constexpr int kFusedWarps = 16;  // warps per block, two-launch fused step (amortises the per-block conv)
+constexpr int kFusedRowsF32 = 2;
+constexpr int kFusedRows16 = 2;
+constexpr int kFusedMb = 2;
 
 // Small batches are latency-bound: there the plain kernel uses a shape with fewer rows per lane
 // group (more, shorter blocks) when sequences x value heads <= register_small_f32 (float32 state) or
 // register_small_16 (16-bit; plan/tuning.h). H200, one-warp blocks of 2 rows per 16-lane
-// group, 16 resident (room for GDN_REC_TB_SMALL tokens' inputs in registers), beat the large-batch
+// group, 16 resident (room for kRecTbSmall tokens' inputs in registers), beat the large-batch
 // shape by 8-19% at 32 sequence-heads; above 64 they lose.
 // The small-batch shape (warps per block, lanes per row, rows per lane, resident blocks per SM),
-// as macros so that a sweep can build other shapes (-D in CMAKE_CUDA_FLAGS).
-#ifndef GDN_REC_SMALL_WARPS
-#define GDN_REC_SMALL_WARPS 1
-#endif
-#ifndef GDN_REC_SMALL_LANES
-#define GDN_REC_SMALL_LANES 16
-#endif
-#ifndef GDN_REC_SMALL_ROWS
-#define GDN_REC_SMALL_ROWS 2
-#endif
-#ifndef GDN_REC_SMALL_MB
-#define GDN_REC_SMALL_MB 16
-#endif
+// fixed at compile time.
+constexpr int kRecSmallWarps = 1;
+constexpr int kRecSmallLanes = 16;
+constexpr int kRecSmallRows = 2;
+constexpr int kRecSmallMb = 16;
 
 // Mid batches of 16-bit verify (register_small_16 < sequences x value heads <= register_mid_16,
-// at least 2 tokens per sequence on average; K = 128): the large-batch shape with GDN_REC_TB_MID
-// tokens staged at once and GDN_REC_MID_MB resident blocks (room for the staged tokens' registers).
-#ifndef GDN_REC_MID_MB
-#define GDN_REC_MID_MB 16
-#endif
+// at least 2 tokens per sequence on average; K = 128): the large-batch shape with kRecTbMid
+// tokens staged at once and kRecMidMb resident blocks (room for the staged tokens' registers).
+constexpr int kRecMidMb = 16;
 
 // Tokens staged at once by the primitive op's kernels (their inputs loaded together). 1: measured
 // best for the large-batch shape (4: verify T = 4 3% slower);
-// GDN_REC_TB_SMALL / GDN_REC_TB_MID for the small-batch shape and the mid-batch verify form, whose
+// kRecTbSmall / kRecTbMid for the small-batch shape and the mid-batch verify form, whose
 // tokens are latency-bound.
-#ifndef GDN_REC_TB
-#define GDN_REC_TB 1
-#endif
-#ifndef GDN_REC_TB_SMALL
-#define GDN_REC_TB_SMALL 4
-#endif
-#ifndef GDN_REC_TB_MID
-#define GDN_REC_TB_MID 4
-#endif
+constexpr int kRecTb = 1;
+constexpr int kRecTbSmall = 4;
+constexpr int kRecTbMid = 4;
 
 // The register kernels' forms of the primitive op (gdn_attention's fused forms ignore it).
 enum RecForm : int { kFormLarge = 0, kFormSmall = 1, kFormMid = 2 };
@@ -107,21 +67,21 @@ struct RecTraits {
   static constexpr bool kAlt = kForm == kFormSmall && !kFused;  // the small-batch shape
   static constexpr bool kMid = kForm == kFormMid && !kFused;    // the mid-batch verify form
   static constexpr int kWarps =
-      kFused ? GDN_FUSED_WARPS : kAlt ? GDN_REC_SMALL_WARPS : (kWide ? GDN_REC_WARPS_F32 : GDN_REC_WARPS_16);
+      kFused ? kFusedWarps : kAlt ? kRecSmallWarps : (kWide ? kRecWarpsF32 : kRecWarps16);
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kLanes =  // lanes per row
-      kAlt ? GDN_REC_SMALL_LANES : (kWide ? GDN_REC_LANES_F32 : GDN_REC_LANES_16);
+      kAlt ? kRecSmallLanes : (kWide ? kRecLanesF32 : kRecLanes16);
   static constexpr int kGroups = 32 / kLanes;                                                  // groups per warp
-  static constexpr int kRowsPerLane = kFused ? (kWide ? GDN_FUSED_ROWS_F32 : GDN_FUSED_ROWS_16)
-                                      : kAlt ? GDN_REC_SMALL_ROWS
-                                             : (kWide ? GDN_REC_ROWS_F32 : GDN_REC_ROWS_16);
+  static constexpr int kRowsPerLane = kFused ? (kWide ? kFusedRowsF32 : kFusedRows16)
+                                      : kAlt ? kRecSmallRows
+                                             : (kWide ? kRecRowsF32 : kRecRows16);
   static constexpr int kRowsPerWarp = kRowsPerLane * kGroups;
-  static constexpr int kMinBlocks = kFused ? GDN_FUSED_MB
-                                    : kAlt  ? GDN_REC_SMALL_MB
-                                    : kMid  ? GDN_REC_MID_MB
-                                            : (kWide ? GDN_REC_MB_F32 : GDN_REC_MB_16);
+  static constexpr int kMinBlocks = kFused ? kFusedMb
+                                    : kAlt  ? kRecSmallMb
+                                    : kMid  ? kRecMidMb
+                                            : (kWide ? kRecMbF32 : kRecMb16);
   static constexpr int kRows = kWarps * kRowsPerWarp;  // state rows per block
-  static constexpr int kTokens = kFused ? 1 : kAlt ? GDN_REC_TB_SMALL : kMid ? GDN_REC_TB_MID : GDN_REC_TB;  // staged
+  static constexpr int kTokens = kFused ? 1 : kAlt ? kRecTbSmall : kMid ? kRecTbMid : kRecTb;  // staged
   static_assert(kThreads <= 1024 && kThreads % 32 == 0, "a block is whole warps, at most 1024 threads");
   static_assert(kLanes == 8 || kLanes == 16 || kLanes == 32, "a lane group is 8, 16 or 32 lanes");
   static_assert(kRowsPerLane >= 1 && kRowsPerLane <= kLanes, "lane j of a group stores o of its row j");
@@ -129,29 +89,23 @@ struct RecTraits {
 
 // The one-launch fused step (fused_step.cuh): blocks of kStepWarps warps with the plain kernel's
 // lane mapping, kStepMB resident per SM.
-#ifndef GDN_STEP_WARPS
-#define GDN_STEP_WARPS 4
-#endif
-#ifndef GDN_STEP_MB
-#define GDN_STEP_MB 8
-#endif
+constexpr int kStepWarps = 4;
+constexpr int kStepMb = 8;
 // kLean: the lean kernel's lane layout (recurrent_lean.cuh: 32 lanes per row, 8 rows per lane,
-// reduce-scatter sums) at GDN_STEP_LEAN_MB blocks per SM (float32 state: 80 registers, no spills;
+// reduce-scatter sums) at kStepLeanMb blocks per SM (float32 state: 80 registers, no spills;
 // the plain layout spills at 64 registers).
-#ifndef GDN_STEP_LEAN_MB
-#define GDN_STEP_LEAN_MB 6
-#endif
+constexpr int kStepLeanMb = 6;
 template <typename TState, bool kLean = false>
 struct StepTraits {
   using Rec = RecTraits<TState, false>;
-  static constexpr int kWarps = GDN_STEP_WARPS;
+  static constexpr int kWarps = kStepWarps;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kLanes = kLean ? 32 : Rec::kLanes, kGroups = 32 / kLanes;
   static constexpr int kRowsPerLane = kLean ? 8 : Rec::kRowsPerLane;
   static constexpr int kRowsPerWarp = kRowsPerLane * kGroups;
   static constexpr bool kScatter = kLean;
   static constexpr int kRows = kWarps * kRowsPerWarp;
-  static constexpr int kMinBlocks = kLean ? GDN_STEP_LEAN_MB : GDN_STEP_MB;
+  static constexpr int kMinBlocks = kLean ? kStepLeanMb : kStepMb;
   static_assert(kThreads <= 1024, "a block is at most 1024 threads");
 };
 

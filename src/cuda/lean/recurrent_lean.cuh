@@ -36,18 +36,12 @@ namespace gdn::cuda {
 //   change shape; 192 and 384, Qwen3.6-27B N = 4 and 8: +15%), verify batches of <=
 //   lean_16_verify_max (larger ones: +3 to +11%; one-token ones from 512: +8 to +36%), and
 //   in the staged form (below) one-token batches of >= lean_staged_min sequence-heads.
-#ifndef GDN_REC_LEAN_LANES
-#define GDN_REC_LEAN_LANES 32
-#endif
-#ifndef GDN_REC_LEAN_MB
-#define GDN_REC_LEAN_MB 20
-#endif
+constexpr int kRecLeanLanes = 32;
+constexpr int kRecLeanMb = 20;
 // The rows' sums as reduce-scatters (rec_common.cuh, rows_sum / pick_row) for float32 state: 0 to -1.9%.
 
 // 16-bit state: 16 lanes per row, plain sums.
-#ifndef GDN_REC_LEAN_LANES_16
-#define GDN_REC_LEAN_LANES_16 16
-#endif
+constexpr int kRecLeanLanes16 = 16;
 // Resident blocks per SM (__launch_bounds__) of each instance: one-token (MB, MB_16) and verify
 // (MB_SPEC, MB_16_SPEC) instances, each in a base and a "more" form (more blocks, fewer registers).
 // H200, the 16-bit instances at 20 blocks instead of 32 (64
@@ -62,55 +56,41 @@ namespace gdn::cuda {
 //                                            float32 one-token -1 to -5%, 16-bit one-token +5%
 //   > 10 waves  +0.3 to +1.8%
 // 28 blocks (72 registers, spills) measured slower everywhere.
-#ifndef GDN_REC_LEAN_MB_16
-#define GDN_REC_LEAN_MB_16 20
-#endif
-#ifndef GDN_REC_LEAN_MB_SPEC
-#define GDN_REC_LEAN_MB_SPEC GDN_REC_LEAN_MB
-#endif
-#ifndef GDN_REC_LEAN_MB_16_SPEC
-#define GDN_REC_LEAN_MB_16_SPEC GDN_REC_LEAN_MB_16
-#endif
-#ifndef GDN_REC_LEAN_MB_MORE  // every more form (ptxas sm_90: 80 registers)
-#define GDN_REC_LEAN_MB_MORE 24
-#endif
+constexpr int kRecLeanMb16 = 20;
+constexpr int kRecLeanMbSpec = kRecLeanMb;
+constexpr int kRecLeanMb16Spec = kRecLeanMb16;
+constexpr int kRecLeanMbMore = 24;  // every more form (ptxas sm_90: 80 registers)
 // Where the planner takes the more form (from the table above; plan/tuning.h, lean_more_*): verify
 // batches of at most lean_more_hi blocks; one-token batches of lean_more_lo + 1 to _hi blocks;
 // verify and float32 one-token batches of more than one and at most lean_more_waves waves.
 
-// kStaged (16-bit state): the block's GDN_REC_STAGE_ROWS rows of state copied into shared memory
-// with cp.async at its start (the bytes in flight held by no register), then GDN_REC_STAGE_R rows
+// kStaged (16-bit state): the block's kRecStageRows rows of state copied into shared memory
+// with cp.async at its start (the bytes in flight held by no register), then kRecStageR rows
 // per lane at a time from there (32 rows, 4 per lane, 20 blocks per SM: 96 registers, 24 B of
 // spills, 8 KB in flight per block). H200 (against the pipelined kernel
 // that took these batches): one-token batches of >= 2048 sequence-heads -1.4 to -4.4%
 // (bf16 decode TP1 N = 64 43.2 -> 42.3 µs); 512-1536 sequence-heads +1.7 to +6.9%, verify batches
 // +0.3 to +140%. 16 rows per block at 32 blocks (4 KB each, 40 B of spills) measured -0.3 to +3.1%
 // from 2048, 32 rows of 2 per lane at 24 blocks -0.3 to -5.1% (+19% at 512).
-#ifndef GDN_REC_STAGE_ROWS
-#define GDN_REC_STAGE_ROWS 32
-#endif
-#ifndef GDN_REC_STAGE_R
-#define GDN_REC_STAGE_R 4
-#endif
-#ifndef GDN_REC_STAGE_MB
-#define GDN_REC_STAGE_MB 20
-#endif
+constexpr int kRecStageRows = 32;
+constexpr int kRecStageR = 4;
+constexpr int kRecStageMb = 20;
 
 template <typename TState, bool kStaged = false>
 struct LeanTraits {
   static constexpr bool kWide = sizeof(TState) == 4;
-  static constexpr int kLanes = kWide ? GDN_REC_LEAN_LANES : GDN_REC_LEAN_LANES_16, kGroups = 32 / kLanes;
-  static constexpr int kRows = kStaged ? GDN_REC_STAGE_ROWS : 8;  // a block's rows
-  // resident blocks per SM of the one-token and verify instances (kMore: GDN_REC_LEAN_MB_MORE)
-  static constexpr int kMinBlocks = kStaged ? GDN_REC_STAGE_MB : kWide ? GDN_REC_LEAN_MB : GDN_REC_LEAN_MB_16;
-  static constexpr int kMinBlocksSpec = kStaged ? GDN_REC_STAGE_MB
-                                       : kWide  ? GDN_REC_LEAN_MB_SPEC
-                                                : GDN_REC_LEAN_MB_16_SPEC;
+  static constexpr int kLanes = kWide ? kRecLeanLanes : kRecLeanLanes16, kGroups = 32 / kLanes;
+  static constexpr int kRows = kStaged ? kRecStageRows : 8;  // a block's rows
+  // resident blocks per SM of the one-token and verify instances (kMore: kRecLeanMbMore)
+  static constexpr int kMinBlocks = kStaged ? kRecStageMb : kWide ? kRecLeanMb : kRecLeanMb16;
+  static constexpr int kMinBlocksSpec = kStaged ? kRecStageMb
+                                       : kWide  ? kRecLeanMbSpec
+                                                : kRecLeanMb16Spec;
   static constexpr int min_blocks(bool spec, bool more) {
-    return more ? GDN_REC_LEAN_MB_MORE : spec ? kMinBlocksSpec : kMinBlocks;
+    return more ? kRecLeanMbMore : spec ? kMinBlocksSpec : kMinBlocks;
   }
   static constexpr bool kScatter = kWide;
-  static constexpr int kRowsPerLane = kStaged ? GDN_REC_STAGE_R : kRows / kGroups;  // per pass
+  static constexpr int kRowsPerLane = kStaged ? kRecStageR : kRows / kGroups;  // per pass
   static constexpr int kPasses = kRows / (kRowsPerLane * kGroups);
   static constexpr int kEPL = 128 / kLanes;  // K = 128
   static_assert(kLanes == 16 || kLanes == 32, "16 or 32 lanes per row");
@@ -122,7 +102,7 @@ struct LeanTraits {
 // columns below kLeanCols come with the metadata, later ones are loaded when used: column 0 and
 // the kNearCols after it, as resolve_seq does for the general kernels).
 constexpr int kLeanCols = 1 + kNearCols;
-// kMore: the instance with more resident blocks per SM (GDN_REC_LEAN_MB_MORE; lean_more chooses).
+// kMore: the instance with more resident blocks per SM (kRecLeanMbMore; lean_more chooses).
 // kForms: the gate-form instance, which also takes the other gate and norm forms of ops.h
 // (RecurrentParams::gates, by the math of gates.cuh: a and b loaded in their own dtypes, runtime
 // switches for the gates and the l2 norms), as recurrent_kernel's; the other instances take the

@@ -13,25 +13,19 @@
 
 namespace gdn::cuda {
 
-#ifndef GDN_REC_WARPS_P
-#define GDN_REC_WARPS_P 1
-#endif
-#ifndef GDN_REC_ROWS_P
-#define GDN_REC_ROWS_P 6
-#endif
-#ifndef GDN_REC_MB_P
-#define GDN_REC_MB_P 32
-#endif
+constexpr int kRecWarpsP = 1;
+constexpr int kRecRowsP = 6;
+constexpr int kRecMbP = 32;
 // Rows per lane group: 6 measured best for decode (8 spills).
 
 struct PackedTraits {
-  static constexpr int kWarps = GDN_REC_WARPS_P;
+  static constexpr int kWarps = kRecWarpsP;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kLanes = 16, kGroups = 32 / kLanes;
-  static constexpr int kRowsPerLane = GDN_REC_ROWS_P;
+  static constexpr int kRowsPerLane = kRecRowsP;
   static constexpr int kRowsPerWarp = kRowsPerLane * kGroups;
   static constexpr int kRows = kWarps * kRowsPerWarp;
-  static constexpr int kMinBlocks = GDN_REC_MB_P;
+  static constexpr int kMinBlocks = kRecMbP;
   static_assert(kRowsPerLane % 2 == 0 && kRowsPerLane <= kLanes, "rows split in two halves; lane j stores row j");
 };
 
@@ -137,7 +131,7 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = KP / L, NW = EPL / 2, RH = R / 2;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads;
   static_assert(EPL % 2 == 0, "whole 32-bit words per lane");
-  __shared__ TokenStage<KP, kRows, GDN_REC_TB> s_stage;  // s_stage.x[0]: the one-token path's inputs
+  __shared__ TokenStage<KP, kRows, kRecTb> s_stage;  // s_stage.x[0]: the one-token path's inputs
   __shared__ uint32_t s_gw[4];                            // its gate words (load_tokens)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ln = lane % L;
   const int hv = blockIdx.y, h = hv / p.r;
@@ -163,12 +157,12 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
     // The token's inputs and the gate words requested beside the rows (rec_tokens.cuh; one round
     // trip instead of A_log, dt_bias, then the inputs).
     const auto tok =
-        load_tokens<TAct, KP, kRows, kThreads, GDN_REC_TB>(p, g, tr, 0, 1, h, hv, blockIdx.x * kRows, tid, true);
+        load_tokens<TAct, KP, kRows, kThreads, kRecTb>(p, g, tr, 0, 1, h, hv, blockIdx.x * kRows, tid, true);
     if (si.pad) {
       zero_outputs<TAct, R, G>(p, g, tr, g.limit, hv, row0, ln);
       return;
     }
-    store_tokens<TAct, KP, kRows, kThreads, GDN_REC_TB>(tok, 1, tid, s_stage, s_gw);
+    store_tokens<TAct, KP, kRows, kThreads, kRecTb>(tok, 1, tid, s_stage, s_gw);
     __syncthreads();
     float A, dtb;
     staged_gates(p, s_gw, A, dtb);
@@ -201,7 +195,7 @@ __global__ void __launch_bounds__(PackedTraits::kThreads, PackedTraits::kMinBloc
       for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
       if (load && r0 + j * G < p.V) load_row<TState, KP, EPL, true>(p, si.read_slot, hv, r0 + j * G, ln, s[j]);
     }
-    run_tokens<TAct, TState, KP, kRows, kThreads, L, G, RH, EPL, true, GDN_REC_TB>(p, g, i, tr, s, r0, l0, h, hv, A,
+    run_tokens<TAct, TState, KP, kRows, kThreads, L, G, RH, EPL, true, kRecTb>(p, g, i, tr, s, r0, l0, h, hv, A,
                                                                                    dtb, tid, ln, s_stage);
     if (!g.spec)
 #pragma unroll

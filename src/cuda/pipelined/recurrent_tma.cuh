@@ -20,12 +20,12 @@
 // every token of the sequence (the first token's k^, q^ and gates computed once per item; tokens past
 // kTok read straight from global memory), stores o and the states from registers, and frees the
 // stage (all 32 lanes arrive on its empty barrier); float32 verify states leave through the stage's
-// tile by bulk stores instead (GDN_TMA_BULK_STORE). Float32 across tokens (docs/contract.md §2); the same
+// tile by bulk stores instead (kTmaBulkTok). Float32 across tokens (docs/contract.md §2); the same
 // operations as recur_token.
 // kFused: gdn_attention's whole step (conv + gates + norms + recurrence + conv pool + z) in the same
 // pipeline. Items are then ordered (sequence, key head, value head, row tile) and a block takes
 // whole (sequence, key head) groups (groups b, b + grid, ...); the stage holds only the state tile
-// and the metadata. The block has one consumer warp fewer and a conv warp (GDN_TMA_CONV_WARPS: more
+// and the metadata. The block has one consumer warp fewer and a conv warp (kTmaConvWarps: more
 // of them take alternate groups, as many consumers fewer): it resolves 32 of the
 // block's groups at once and computes, up to kGroupBufs - 1 groups ahead of the consumers, the conv
 // of all of a group's channels (the key head's q and k, its r value heads' v) for the sequence's
@@ -52,11 +52,10 @@ namespace gdn::cuda {
 // the fused step's conv prologue (named barrier 2) after its first tg.early copies.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kForms = false>
 __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg, int nk, uint8_t* stages,
-                                            uint64_t* full, uint64_t* empty, bool hold, int lane, long long* prof) {
+                                            uint64_t* full, uint64_t* empty, bool hold, int lane) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   const uint64_t pol = evict_first_policy();
   for (int k0 = 0; k0 < nk; k0 += 32) {
-    TMA_T0(t_res);
     const int k = k0 + lane;
     const TmaItem<TAct, kTok> it =
         k < nk ? resolve_item<TAct, TS, KP, kTok, kFused, false, kForms>(p, tg, k) : TmaItem<TAct, kTok>{};
@@ -64,21 +63,10 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
     const int st = k % tg.stages;
     const uint32_t phase = static_cast<uint32_t>(k / tg.stages) & 1u;
     const int nb = nk - k0 < 32 ? nk - k0 : 32;
-#if GDN_TMA_PROFILE
-    for (int u = 0; u < nb; ++u) (void)__shfl_sync(0xffffffffu, m.flags + (int)m.a[0] + (int)m.A + (it.tile != nullptr), u);
-    TMA_ADD(prof[0], t_res);
-    if (k0 == 0) prof[6] = prof_clock() - t_res;  // the first batch's resolve alone
-#endif
     // Issues this lane's item: waits for its stage, writes the metadata there, posts the bytes and
     // starts the copies.
     auto issue = [&]() {
-      TMA_T0(t_wait);
       mbar_wait(&empty[st], phase ^ 1u);  // the first round passes at once
-      TMA_ADD(prof[1], t_wait);
-      TMA_T0(t_iss);
-#if GDN_TMA_PROFILE
-      if (prof[5] < 0) prof[5] += prof_clock();  // the cycle of this lane's first issue
-#endif
       uint8_t* sb = stages + st * Lay::kStage;
       *reinterpret_cast<TmaMeta<kTok>*>(sb + Lay::kOffMeta) = m;
       mbar_arrive_tx(&full[st], it.bytes);
@@ -92,20 +80,12 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
         bulk_load(sb + Lay::kOffK + t * Lay::kQK, it.k[t], Lay::kQK, &full[st]);
         bulk_load(sb + Lay::kOffV + t * Lay::kV, it.v[t], Lay::kV, &full[st]);
       }
-      TMA_ADD(prof[3], t_iss);  // profile: the producer's "store" column is the copy issue
     };
     // fused prologue (hold): its first tg.early items at once, the rest once the prologue's conv is
     // done (its scratch: the last stage, which they do not reach)
     const int sync_at = hold && k0 == 0 ? (tg.early < nb ? tg.early : nb) : -1;  // -1: no wait in this batch
-#if GDN_TMA_PROFILE
-    const long long t_all = k0 == 0 ? -prof[5] : 0;  // (the kernel's start; prof[5] is set at a first issue)
-#endif
     auto wait_prologue = [&]() {
       bar_sync(2, Lay::kThreads);
-#if GDN_TMA_PROFILE
-      prof[7] = prof_clock() - t_all;  // when the prologue lets the producer go on
-      prof[8] = prof_clock();
-#endif
     };
     for (int u = 0; u < nb; ++u) {
       if (u == sync_at) wait_prologue();
@@ -122,7 +102,7 @@ __device__ __forceinline__ void tma_produce(const RecurrentParams& p, TmaGrid tg
 // forms of p.gates (the gate-form instance; the producer loaded a and b in their own dtypes).
 template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kLong, bool kForms = false>
 __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, int k, const uint8_t* sb,
-                                         const TAct* gbuf, int lane, long long* prof) {
+                                         const TAct* gbuf, int lane) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   constexpr int L = Lay::kLanes, G = Lay::kGroups, R = Lay::kRowsPerLane, EPL = Lay::EPL, CH = Lay::kChunk;
   const int ln = lane % L, grp = lane / L;
@@ -136,11 +116,10 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
     return static_cast<TS*>(p.state) + slot * p.state_slot_stride + (static_cast<int64_t>(hv) * p.V + vi) * KP;
   };
   // The pass's rows of a state into `slot` (warp-uniform call; tok: a verify token's state, else
-  // the final one): straight from the lanes, or (GDN_TMA_BULK_STORE) through the stage's tile,
+  // the final one): straight from the lanes, or (a verify token's, kTmaBulkTok) through the stage's tile,
   // which the pass no longer reads, by one bulk store of its contiguous kPassRows rows.
   auto put_state = [&](int64_t slot, int ps, int lr0, int row0, const float(&s)[R][EPL], bool tok) {
-    constexpr bool kBulkTok = GDN_TMA_BULK_STORE == 1 || (GDN_TMA_BULK_STORE == 2 && sizeof(TS) == 4);
-    if (GDN_TMA_BULK_STORE == 1 || (kBulkTok && tok)) {
+    if (kTmaBulkTok<TS> && tok) {
       TS* tile = reinterpret_cast<TS*>(const_cast<uint8_t*>(sb));
 #pragma unroll
       for (int j = 0; j < R; ++j) store_chunks<L, CH, TS, EPL, true>(tile + (lr0 + j * G) * KP, ln, s[j]);
@@ -183,9 +162,7 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
     float kr0[EPL], qr0[EPL];
     TokenGates g0{};
     if (!(flags & kTmaPad)) {
-      TMA_T0(t_in);
       first_qk(0, kr0, qr0);
-      TMA_ADD(prof[0], t_in);
       g0 = prep_regs<L, EPL>(m.a[0], m.b[0], A, dtb, p.scale, kr0, qr0, f);
     }
     // 16-bit state, an item of one token with its state in the stage (decode, or a verify sequence
@@ -201,7 +178,6 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
         const TS* tile = reinterpret_cast<const TS*>(sb);
         const TAct* sv = kFused ? gbuf_tok(0) + 2 * KP + (hv - h * p.r) * p.V + m.x * Lay::kItemRows
                                 : reinterpret_cast<const TAct*>(sb + Lay::kOffV);
-        TMA_T0(t_c);
         float dot[RS], ov[RS];
 #pragma unroll
         for (int j = 0; j < RS; ++j) {
@@ -234,7 +210,6 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
         if (ln < RS)
           static_cast<TAct*>(p.o)[m.row[0] * p.o_rs + static_cast<int64_t>(hv) * p.V + m.x * Lay::kItemRows + grp +
                                   ln * G] = from_float<TAct>(mine);
-        TMA_ADD(prof[2], t_c);
         return;
       }
     }
@@ -296,20 +271,14 @@ __device__ __forceinline__ void tma_item(const RecurrentParams& p, TmaGrid tg, i
           for (int j = 0; j < R; ++j) vv[j] = to_float(x.v[row0 + j * G]);
           gates = prep_regs<L, EPL>(x.a, x.b, A, dtb, p.scale, kr, qr, f);
         }
-        TMA_T0(t_c);
         const float mine = recur_rows<L, G, R, EPL, true>(s, kr, qr, gates, [&](int j) { return vv[j]; }, ln);
-        TMA_ADD(prof[2], t_c);
-        TMA_T0(t_s);
         if (ln < R)
           static_cast<TAct*>(p.o)[row * p.o_rs + static_cast<int64_t>(hv) * p.V + row0 + ln * G] =
               from_float<TAct>(mine);
         const int64_t slot = t < ntok ? m.col_slot[t] : verify_slot(p, g, m.i, t);  // -1: none
         if (slot >= 0) put_state(slot, ps, lr0, row0, s, true);
-        TMA_ADD(prof[3], t_s);
       }
-      TMA_T0(t_f);
       if (!g.spec) put_state(m.slot0, ps, lr0, row0, s, false);
-      TMA_ADD(prof[3], t_f);
     }
   }
 }
@@ -327,27 +296,20 @@ template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kLong,
 __device__ __forceinline__ ConsumerPos tma_consume_from(const RecurrentParams& p, TmaGrid tg, int nk,
                                                         const uint8_t* stages, uint64_t* full, uint64_t* empty,
                                                         const TAct* gbuf, uint64_t* gdone, uint64_t* gready,
-                                                        int lane, long long* prof, ConsumerPos c) {
+                                                        int lane, ConsumerPos c) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
   int st = c.st;
   uint32_t phase = c.phase;
   for (int k = c.k; k < nk; k += Lay::kConsumers) {
-    TMA_T0(t_wait);
     mbar_wait(&full[st], phase);
-    TMA_ADD(prof[1], t_wait);
     if constexpr (kFused) {  // the group buffer is written
-      TMA_T0(t_gw);
       const int gq = k / tg.group_items;
       mbar_wait(&gready[gq % Lay::kGroupBufs], static_cast<uint32_t>(gq / Lay::kGroupBufs) & 1u);
-      TMA_ADD(prof[4], t_gw);
     }
-#if GDN_TMA_PROFILE
-    if (prof[5] < 0) prof[5] += prof_clock();  // when the first item starts
-#endif
     const uint8_t* sb = stages + st * Lay::kStage;
     if constexpr (kFused && !kLong)
       if (reinterpret_cast<const TmaMeta<kTok>*>(sb + Lay::kOffMeta)->len > kTok) return ConsumerPos{k, st, phase};
-    tma_item<TAct, TS, KP, kTok, kFused, kLong, kForms>(p, tg, k, sb, gbuf, lane, prof);
+    tma_item<TAct, TS, KP, kTok, kFused, kLong, kForms>(p, tg, k, sb, gbuf, lane);
     if constexpr (kFused) mbar_arrive(&gdone[(k / tg.group_items) % Lay::kGroupBufs]);  // done with the buffer
     mbar_arrive(&empty[st]);  // every lane: its reads of the stage are done
     st += Lay::kConsumers;
@@ -359,36 +321,32 @@ template <typename TAct, typename TS, int KP, int kTok>
 __device__ __noinline__ ConsumerPos tma_consume_long(const RecurrentParams& p, TmaGrid tg, int nk,
                                                      const uint8_t* stages, uint64_t* full, uint64_t* empty,
                                                      const TAct* gbuf, uint64_t* gdone, uint64_t* gready, int lane,
-                                                     long long* prof, ConsumerPos c) {
-  return tma_consume_from<TAct, TS, KP, kTok, true, true>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane,
-                                                          prof, c);
+                                                     ConsumerPos c) {
+  return tma_consume_from<TAct, TS, KP, kTok, true, true>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane, c);
 }
 
 // A consumer warp: z first (fused), then its items.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kForms = false>
 __device__ __forceinline__ void tma_consume(const RecurrentParams& p, TmaGrid tg, int nk, const uint8_t* stages,
                                             uint64_t* full, uint64_t* empty, const TAct* gbuf, uint64_t* gdone,
-                                            uint64_t* gready, int warp, int lane, long long* prof) {
+                                            uint64_t* gready, int warp, int lane) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, kFused>;
-  TMA_T0(t_z);
   if constexpr (kFused)  // z: every row below num_actual_tokens, spread over the grid's consumer warps
                          // (TmaGrid::zc: by the conv warps instead, after their groups)
     if (!tg.zc) copy_z<TAct, Lay::kConsumers * 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x);
-  TMA_ADD(prof[0], t_z);
   ConsumerPos c{warp, warp, 0u};  // stages: a multiple of kConsumers (host)
   c = tma_consume_from<TAct, TS, KP, kTok, kFused, false, kForms>(p, tg, nk, stages, full, empty, gbuf, gdone, gready,
-                                                                  lane, prof, c);
+                                                                  lane, c);
   if constexpr (kFused)
-    if (c.k < nk) tma_consume_long<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane, prof, c);
-  if constexpr (GDN_TMA_BULK_STORE != 0)
-    if (lane == 0) bulk_store_wait();
+    if (c.k < nk) tma_consume_long<TAct, TS, KP, kTok>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, lane, c);
+  if (lane == 0) bulk_store_wait();
 }
 
 // kForms (the primitive op only): the gate-form instance, which also takes the other gate and norm
 // forms of ops.h (RecurrentParams::gates, by the math of gates.cuh), as recurrent_kernel's; the
 // other instances take the default form only.
 template <typename TAct, typename TS, int KP, int kTok, bool kFused, bool kForms = false>
-__global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThreads, GDN_TMA_MB)
+__global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThreads, kTmaMb)
     recurrent_tma_kernel(const __grid_constant__ RecurrentParams p, const TmaGrid tg) {
   static_assert(!(kFused && kForms), "gdn_attention's step computes its gates in the default form");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -413,22 +371,7 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  // profile: [0] resolve (producer, conv warp) / first inputs, z (consumers); [1] barrier waits;
-  // [2] recurrence (conv warp: its group loop); [3] stores (producer: copy issue); fused: [4] the
-  // consumers' waits for group buffers, [5] cycle of a consumer's first item (conv warp: of its
-  // first 32 groups' end; producer: of each lane's first issue)
-  long long prof[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};  // [6], [7]: the prologue's resolve and the rest (producer:
-                                                    // its first batch's resolve, the cycle the prologue lets it go
-                                                    // on); [8]: the clock when a warp leaves the prologue
-#if GDN_TMA_PROFILE
-  __shared__ int s_launch;
-  if (threadIdx.x == 0) s_launch = blockIdx.x == 0 ? atomicAdd(&g_tma_launches, 1) : -1;
-#endif
   __syncthreads();
-#if GDN_TMA_PROFILE
-  const long long t_all = prof_clock();  // every warp's time base: the block's first barrier
-  prof[5] = -t_all;
-#endif
   int nk;
   if constexpr (kFused) {  // whole groups: b, b + grid, ...
     const int groups = static_cast<int>((p.group[0].n + p.group[1].n) * p.H);
@@ -444,30 +387,21 @@ __global__ void __launch_bounds__(TmaLayout<TAct, TS, KP, kTok, kFused>::kThread
       pre = tma_conv_prologue<TAct, TS, KP, kTok>(p, tg, nk, gbuf, gready, stages + (tg.stages - 1) * Lay::kStage,
                                                   warp > Lay::kConsumers,
                                                   (warp < Lay::kConsumers ? warp : warp - 1) * 32 + lane,
-                                                  (Lay::kConsumers + Lay::kConvWarps) * 32, lane, prof);
+                                                  (Lay::kConsumers + Lay::kConvWarps) * 32, lane);
       bar_arrive(2, Lay::kThreads);
     }
   if (warp == Lay::kConsumers) {
-    tma_produce<TAct, TS, KP, kTok, kFused, kForms>(p, tg, nk, stages, full, empty, kFused && tg.pre > 0, lane, prof);
+    tma_produce<TAct, TS, KP, kTok, kFused, kForms>(p, tg, nk, stages, full, empty, kFused && tg.pre > 0, lane);
   } else if (warp < Lay::kConsumers) {
-    tma_consume<TAct, TS, KP, kTok, kFused, kForms>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane,
-                                                    prof);
+    tma_consume<TAct, TS, KP, kTok, kFused, kForms>(p, tg, nk, stages, full, empty, gbuf, gdone, gready, warp, lane);
   } else if constexpr (kFused) {
     const int cw = warp - Lay::kConsumers - 1;
     if (p.per_token_verify())  // the conv warp's per-token instance
-      tma_conv_warp<TAct, TS, KP, kTok, true>(p, tg, nk, gbuf, gdone, gready, cw, Lay::kConvWarps, pre, lane, prof);
+      tma_conv_warp<TAct, TS, KP, kTok, true>(p, tg, nk, gbuf, gdone, gready, cw, Lay::kConvWarps, pre, lane);
     else
-      tma_conv_warp<TAct, TS, KP, kTok, false>(p, tg, nk, gbuf, gdone, gready, cw, Lay::kConvWarps, pre, lane, prof);
+      tma_conv_warp<TAct, TS, KP, kTok, false>(p, tg, nk, gbuf, gdone, gready, cw, Lay::kConvWarps, pre, lane);
     if (tg.zc) copy_z<TAct, 32>(p.src, p.z, p.z_rs, blockIdx.x, gridDim.x, 0);  // z by the conv warp instead
   }
-#if GDN_TMA_PROFILE
-  if (s_launch == 40 && (lane == 0 || warp == Lay::kConsumers))  // the producer: every lane
-    printf("tma-prof items %d warp %d lane %d: total %lld resolve/conv %lld wait %lld recur %lld store %lld gwait %lld "
-           "first %lld pre_res %lld pre_rest %lld pre_end %lld\n", nk, warp, lane, prof_clock() - t_all, prof[0], prof[1], prof[2],
-           prof[3], prof[4], prof[5], prof[6], prof[7], prof[8] ? prof[8] - t_all : 0);
-#else
-  (void)prof;
-#endif
 #else
   __trap();  // launched only where the device runs sm_90 code (checked on the host)
 #endif

@@ -157,25 +157,17 @@ __device__ __forceinline__ void group_conv_warp(const RecurrentParams& p, const 
 // order (group_conv_warp), up to kGroupBufs - 1 groups ahead of the consumers.
 template <typename TAct, typename TS, int KP, int kTok, bool kPT>
 __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg, int nk, TAct* gbuf, uint64_t* gdone,
-                                           uint64_t* gready, int cw, int ncw, int pre, int lane, long long* prof) {
+                                           uint64_t* gready, int cw, int ncw, int pre, int lane) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, true>;
   const int ng = nk / tg.group_items;
   for (int j0 = pre; cw + j0 * ncw < ng; j0 += 32) {  // pre > 0: one conv warp (host)
-    TMA_T0(t_res);
     const int mine = cw + (j0 + lane) * ncw;
     TmaMeta<kTok> m{};
     if (mine < ng) m = resolve_group<TAct, TS, KP, kTok>(p, tg, mine);
-    TMA_ADD(prof[0], t_res);
-    TMA_T0(t_cv);
     for (int u = 0; u < 32 && cw + (j0 + u) * ncw < ng; ++u)
       group_conv_warp<TAct, KP, kTok, kPT>(p, meta_of_lane<kTok>(m, u), cw + (j0 + u) * ncw, Lay::kGroupBufs,
                                       tg.conv_w4 != 0, gbuf, gdone, gready, lane);
-    TMA_ADD(prof[2], t_cv);  // profile: the conv warp's "recur" column is its group loop
-#if GDN_TMA_PROFILE
-    if (prof[5] < 0) prof[5] += prof_clock();  // when its first 32 groups are done
-#endif
   }
-  (void)prof;
 }
 
 // Fused, one conv warp (TmaGrid::pre > 0): the conv of the block's first groups (at most tg.pre,
@@ -190,7 +182,7 @@ __device__ __noinline__ void tma_conv_warp(const RecurrentParams& p, TmaGrid tg,
 template <typename TAct, typename TS, int KP, int kTok>
 __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid tg, int nk, TAct* gbuf,
                                               uint64_t* gready, uint8_t* scratch, bool conv_warp, int tid,
-                                              int nthreads, int lane, long long* prof) {
+                                              int nthreads, int lane) {
   using Lay = TmaLayout<TAct, TS, KP, kTok, true>;
   static_assert(Lay::kGroupBufs <= 32 && Lay::kGroupBufs * sizeof(TmaMeta<kTok>) + 16 <= Lay::kStage,
                 "a lane per group; the scratch fits a stage");
@@ -199,16 +191,13 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
   if (conv_warp) {
     const int ng = nk / tg.group_items, cnt = ng < tg.pre ? ng : tg.pre;  // tg.pre <= kGroupBufs <= 32
     TmaMeta<kTok> m{};
-    TMA_T0(t_res);
     if (lane < cnt) {
       m = resolve_group<TAct, TS, KP, kTok>(p, tg, lane);
       meta[lane] = m;
     }
-    TMA_ADD(prof[6], t_res);
     const unsigned longs = __ballot_sync(0xffffffffu, lane < cnt && m.len > kTok && !(m.flags & (kTmaSkip | kTmaPad)));
     if (lane == 0) *s_pre = longs && __ffs(longs) - 1 < cnt ? __ffs(longs) - 1 : cnt;
   }
-  TMA_T0(t_task);
   bar_sync(1, nthreads);
   const int pre = *s_pre;
   const int chunks = (2 * KP + p.r * p.src.proj.V) / gc_ch<TAct>();
@@ -240,11 +229,6 @@ __device__ __noinline__ int tma_conv_prologue(const RecurrentParams& p, TmaGrid 
   }
   fence_proxy_async();  // the scratch's generic accesses before the stages' bulk copies
   bar_sync(1, nthreads);
-  TMA_ADD(prof[7], t_task);  // profile: the prologue after the groups' resolve (barriers included)
-#if GDN_TMA_PROFILE
-  prof[8] = prof_clock();
-#endif
-  (void)prof;
   if (conv_warp)
     for (int gq = 0; gq < pre; ++gq) mbar_arrive(&gready[gq]);
   return pre;

@@ -32,7 +32,7 @@ TmaShape tma_shape(int dev) {
     auto kernel = recurrent_tma_kernel<TAct, TS, KP, kTok, kFused, kForms>;
     int major = 0, sms = 0, per_sm = 0;
     cudaFuncAttributes fa{};
-    const int kb = kFused ? GDN_TMA_SMEM_KB_FUSED : GDN_TMA_SMEM_KB;
+    const int kb = kFused ? kTmaSmemKbFused : kTmaSmemKb;
     s.stages = tma_ring_stages(kb * 1024, Lay::kHead, Lay::kStage, Lay::kConsumers, Lay::kMaxStages);  // a multiple of kConsumers
     s.smem = Lay::kHead + s.stages * Lay::kStage;
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&

@@ -8,20 +8,12 @@
 
 namespace gdn::cuda {
 
-#ifndef GDN_TMA_CONSUMERS
-#define GDN_TMA_CONSUMERS 7  // with the producer, 8 warps (fused: 7 - conv warps + producer + conv warps): 128 registers at 2 blocks per SM
-#endif
-#ifndef GDN_TMA_SMEM_KB  // dynamic shared memory per block: the stages and their barriers
-#define GDN_TMA_SMEM_KB 108
-#endif
+constexpr int kTmaConsumers = 7;  // with the producer, 8 warps (fused: 7 - conv warps + producer + conv warps): 128 registers at 2 blocks per SM
+constexpr int kTmaSmemKb = 108;  // dynamic shared memory per block: the stages and their barriers
 // The same for the fused step (group buffers + stages): a shallower ring than the primitive op's
 // measured 3-6% faster.
-#ifndef GDN_TMA_SMEM_KB_FUSED
-#define GDN_TMA_SMEM_KB_FUSED 80
-#endif
-#ifndef GDN_TMA_MB  // resident blocks per SM the register budget must allow
-#define GDN_TMA_MB 2
-#endif
+constexpr int kTmaSmemKbFused = 80;
+constexpr int kTmaMb = 2;  // resident blocks per SM the register budget must allow
 // Where the planner takes these kernels (plan/tuning.h, pipelined_* and step_pipelined_*): smaller
 // batches (sequences x value heads) keep the latency-bound kernels. H200:
 // float32 state gains from 128 on; 16-bit state lost at 128 and 192 (6.8 vs 7.8 µs, 8.0 vs 8.9) and
@@ -34,54 +26,22 @@ namespace gdn::cuda {
 // at 80: +1 to +32% for float32, 16-bit +4 to +5% but -26% for Qwen3.6-27B's 12-block clusters);
 // 16-bit verify batches from 128 (-5 to -15%; at 112: -3% to +25%); float32 verify batches from 192
 // (-11 to -14% at 192 and 224; at 160: +12 to +14% for the Qwen3-Next shapes, -14% for Qwen3.6-27B).
-#ifndef GDN_TMA_PROFILE  // 1: block 0 of the 40th launch prints each warp's cycles (tuning only)
-#define GDN_TMA_PROFILE 0
-#endif
-#if GDN_TMA_PROFILE
-__device__ int g_tma_launches;
-// The cycle counter read by a volatile asm, in program order with the barriers' and mbarriers' asm.
-// A read right after a named-barrier bar.sync can still come before the barrier's release (the
-// warp blocks later).
-__device__ __forceinline__ long long prof_clock() {
-  long long t;
-  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
-  return t;
-}
-#define TMA_T0(x) long long x = prof_clock()
-#define TMA_ADD(acc, t0) acc += prof_clock() - t0
-#else
-#define TMA_T0(x)
-#define TMA_ADD(acc, t0)
-#endif
-// States leave through a bulk store of the stage's tile (instead of the lanes' stores): 0 never,
-// 1 always, 2 verify tokens' states of float32 state. H200: float32
-// verify T = 4 N = 256 -4%, float32 decode +2%, 16-bit state slower in every case.
-#ifndef GDN_TMA_BULK_STORE
-#define GDN_TMA_BULK_STORE 2
-#endif
-#ifndef GDN_TMA_GROUP_BUFS  // fused: group buffers in the ring
-#define GDN_TMA_GROUP_BUFS 4
-#endif
-#ifndef GDN_TMA_CONV_WARPS  // fused: conv warps per block (the consumers are GDN_TMA_CONSUMERS minus these)
-#define GDN_TMA_CONV_WARPS 1
-#endif
-#ifndef GDN_TMA_PASSES_F32  // passes of 8 rows per item: item rows = 8 x passes
-#define GDN_TMA_PASSES_F32 1
-#endif
-#ifndef GDN_TMA_PASSES_16
-#define GDN_TMA_PASSES_16 2
-#endif
+// Verify tokens' states of float32 state leave through a bulk store of the stage's tile (instead of
+// the lanes' stores; H200: float32 verify T = 4 N = 256 -4%; for the final state float32 decode
+// measured +2%, 16-bit state slower in every case).
+template <typename TS>
+constexpr bool kTmaBulkTok = sizeof(TS) == 4;
+constexpr int kTmaGroupBufs = 4;  // fused: group buffers in the ring
+constexpr int kTmaConvWarps = 1;  // fused: conv warps per block (the consumers are kTmaConsumers minus these)
+constexpr int kTmaPassesF32 = 1;  // passes of 8 rows per item: item rows = 8 x passes
+constexpr int kTmaPasses16 = 2;
 // Rows per lane of a pass in the primitive op's multi-token (verify) items, 16-bit and float32
 // state (else 4): 8 holds a 16-bit item's 16 rows in one pass, twice the independent work per
 // token. H200: 16-bit verify T = 3 and 4 -3 to -10%; decode (+35%)
 // and the fused step's decode (+2 to +4%) were slower with it, so they keep 4; float32 verify at 8:
 // -1.6% at N = 64, +0.5 to +1.5% at N = 256 (kept at 4).
-#ifndef GDN_TMA_RPL_VERIFY_16
-#define GDN_TMA_RPL_VERIFY_16 8
-#endif
-#ifndef GDN_TMA_RPL_VERIFY_F32
-#define GDN_TMA_RPL_VERIFY_F32 4
-#endif
+constexpr int kTmaRplVerify16 = 8;
+constexpr int kTmaRplVerifyF32 = 4;
 
 // A lane's EPL elements of a K-row in NC = EPL / CH chunks of CH contiguous elements: chunk c holds
 // elements c L CH + ln CH + [0, CH). With CH elements = one 16-byte vector of state, one instruction
@@ -173,20 +133,20 @@ __device__ __forceinline__ T* tma_group_buf(T* gbuf, int slot, int tt = 0) {
 
 template <typename TAct, typename TS, int KP, int kTok, bool kFused = false>
 struct TmaLayout {
-  static constexpr bool kVerifyRows = kTok > 1 && !kFused;  // GDN_TMA_RPL_VERIFY_*
+  static constexpr bool kVerifyRows = kTok > 1 && !kFused;  // kTmaRplVerify*
   static constexpr int kLanes = 16, kGroups = 2, EPL = KP / kLanes;
   static constexpr int kRowsPerLane =
-      !kVerifyRows ? 4 : sizeof(TS) == 4 ? GDN_TMA_RPL_VERIFY_F32 : GDN_TMA_RPL_VERIFY_16;
+      !kVerifyRows ? 4 : sizeof(TS) == 4 ? kTmaRplVerifyF32 : kTmaRplVerify16;
   static constexpr int kChunk = 16 / static_cast<int>(sizeof(TS));  // elements per 16-byte state vector
   static_assert(EPL % kChunk == 0, "whole state vectors per lane");
   static_assert(kRowsPerLane == 4 || kRowsPerLane == 8, "rows per lane: 4 or 8");
   static constexpr int kPassRows = kGroups * kRowsPerLane;  // rows a consumer warp holds at once
   // 16-bit items: 16 rows (2 passes of 4 rows per lane, or 1 of 8)
-  static constexpr int kPasses = sizeof(TS) == 4 ? GDN_TMA_PASSES_F32 : GDN_TMA_PASSES_16 * 4 / kRowsPerLane;
+  static constexpr int kPasses = sizeof(TS) == 4 ? kTmaPassesF32 : kTmaPasses16 * 4 / kRowsPerLane;
   static constexpr int kItemRows = kPassRows * kPasses;
   // warps: consumers, the producer, and (fused) the conv warps
-  static constexpr int kConvWarps = kFused ? GDN_TMA_CONV_WARPS : 0;
-  static constexpr int kConsumers = GDN_TMA_CONSUMERS - kConvWarps;
+  static constexpr int kConvWarps = kFused ? kTmaConvWarps : 0;
+  static constexpr int kConsumers = kTmaConsumers - kConvWarps;
   static constexpr int kThreads = (kConsumers + 1 + kConvWarps) * 32;
   static constexpr int kTile = kItemRows * KP * static_cast<int>(sizeof(TS));
   static constexpr int kQK = KP * static_cast<int>(sizeof(TAct));
@@ -198,7 +158,7 @@ struct TmaLayout {
   static constexpr int kMaxStages = 64;
   // fused: group buffers (conv outputs [q | k | v] of kTok tokens, activation dtype)
   static constexpr int kGroupRow = tma_group_row(KP);
-  static constexpr int kGroupBufs = kFused ? GDN_TMA_GROUP_BUFS : 0, kGroupElems = kTok * kGroupRow;
+  static constexpr int kGroupBufs = kFused ? kTmaGroupBufs : 0, kGroupElems = kTok * kGroupRow;
   // barriers: full and empty per stage, gdone and gready per group buffer
   static constexpr int kBarBytes = round_up((2 * kMaxStages + 2 * kGroupBufs) * 8, 16);
   static constexpr int kHead =  // bytes before the stages
