@@ -16,6 +16,9 @@
 //     tokens: one chunk and several); random trees (up to 16 nodes and depth 8, one of 24 nodes,
 //     parents outside [0, t)) equal the CPU's trees, each node equals CUDA linear verify of its
 //     root-to-node path, and committing an accepted path equals the CPU's commit.
+//   CudaDeferred.ChainShapedTreeAcrossKernels: at K = 128 (linear verify in the lean form, trees in
+//     the general kernel) a chain-shaped tree equals linear verify within 1e-5 (outputs, committed
+//     state, log).
 //   CudaDeferred.IdenticalBytesRunAfterRun: a tree step and a linear step, twice each.
 #include <algorithm>
 
@@ -123,10 +126,11 @@ struct TreeCase {
   Buf log_in = deferred_log(3, kTreeCols, kTHV, kTK, kTV), log_out = deferred_log(3, kTreeCols, kTHV, kTK, kTV);
   Buf slots = index_buf({0, 1});
 };
-TreeCase make_tree_case(Rng& r) {
-  TreeCase c;
+TreeCase make_tree_case(Rng& r, int64_t K = kTK) {
+  TreeCase c{make_ssm_pool(DType::kFloat32, 3, kTHV, K, kTV, StateLayout::kVK),
+             deferred_log(3, kTreeCols, kTHV, K, kTV), deferred_log(3, kTreeCols, kTHV, K, kTV)};
   fill_normal(c.pool, r, 0.5);
-  fill_log(c.log_in, kTK, r);
+  fill_log(c.log_in, K, r);
   fill_normal(c.log_out, r, 1.0);
   return c;
 }
@@ -230,6 +234,27 @@ TEST_P(CudaDeferred, TreesEqualTheirPaths) {
       }
     if (HasFailure()) return;
   }
+}
+
+// K = 128 dense state: linear verify takes the lean form, a chain-shaped tree the general kernel
+// (docs/contract.md §7): equal within the tolerances of §6 (float32: relative L2 1e-5).
+TEST_P(CudaDeferred, ChainShapedTreeAcrossKernels) {
+  const Backend be = GetParam();
+  PROP_SKIP_IF_UNAVAILABLE(be);
+  Rng r(8500);
+  constexpr int64_t K = 128;
+  const TreeCase c = make_tree_case(r, K);
+  const std::vector<int64_t> lens = {5, 3};
+  std::vector<int64_t> chain;
+  for (int64_t l : lens)
+    for (int64_t t = 0; t < l; ++t) chain.push_back(t - 1);
+  GdrIn in = make_gdr_in(r, lens[0] + lens[1], kTH, kTHV, K, kTV, DType::kFloat32, DType::kFloat32);
+  const StepOut lin = tree_step(be, c, in, lens, {2, 4}, nullptr, nullptr);
+  const StepOut tr = tree_step(be, c, in, lens, {2, 4}, nullptr, &chain);
+  EXPECT_LE(rel_l2(tr.o, lin.o), 1e-5) << "outputs";
+  for (int64_t s = 0; s < 2; ++s) expect_slot_close(tr.pool, s, lin.pool, s, 1e-5, "committed state");
+  expect_slot_close(tr.pool, 2, lin.pool, 2, 0.0, "the slot no sequence names");
+  EXPECT_LE(rel_l2(tr.log, lin.log), 1e-5) << "log";
 }
 
 TEST_P(CudaDeferred, IdenticalBytesRunAfterRun) {
