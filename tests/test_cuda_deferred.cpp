@@ -21,6 +21,7 @@
 //     state, log).
 //   CudaDeferred.IdenticalBytesRunAfterRun: a tree step and a linear step, twice each.
 #include <algorithm>
+#include <utility>
 
 #include "prop_deferred.h"
 
@@ -170,18 +171,25 @@ std::vector<int64_t> random_trees(Rng& r, const std::vector<int64_t>& lens, std:
   return parents;
 }
 
+// Two sequences of lens tokens (float32, K), replaying 2 and 4 logged rows: linear verify, then the
+// same tokens as a chain-shaped tree (token t's parent t - 1 in each sequence).
+std::pair<StepOut, StepOut> linear_and_chain_tree(Backend be, const TreeCase& c, Rng& r, int64_t K,
+                                                  const std::vector<int64_t>& lens) {
+  std::vector<int64_t> chain;
+  for (int64_t l : lens)
+    for (int64_t t = 0; t < l; ++t) chain.push_back(t - 1);
+  GdrIn in = make_gdr_in(r, lens[0] + lens[1], kTH, kTHV, K, kTV, DType::kFloat32, DType::kFloat32);
+  StepOut lin = tree_step(be, c, in, lens, {2, 4}, nullptr, nullptr);
+  return {std::move(lin), tree_step(be, c, in, lens, {2, 4}, nullptr, &chain)};
+}
+
 TEST_P(CudaDeferred, TreesEqualTheirPaths) {
   const Backend be = GetParam();
   PROP_SKIP_IF_UNAVAILABLE(be);
   Rng r(8300);
   const TreeCase c = make_tree_case(r);
   for (const std::vector<int64_t>& lens : {std::vector<int64_t>{3, 4}, std::vector<int64_t>{20, 2}}) {
-    std::vector<int64_t> chain;
-    for (int64_t l : lens)
-      for (int64_t t = 0; t < l; ++t) chain.push_back(t - 1);
-    GdrIn in = make_gdr_in(r, lens[0] + lens[1], kTH, kTHV, kTK, kTV, DType::kFloat32, DType::kFloat32);
-    const StepOut lin = tree_step(be, c, in, lens, {2, 4}, nullptr, nullptr);
-    const StepOut tr = tree_step(be, c, in, lens, {2, 4}, nullptr, &chain);
+    const auto [lin, tr] = linear_and_chain_tree(be, c, r, kTK, lens);
     EXPECT_EQ(byte_diff(tr.o, lin.o), "") << "chain of " << lens[0] << ": outputs";
     EXPECT_EQ(byte_diff(tr.pool, lin.pool), "") << "chain of " << lens[0] << ": committed state";
     EXPECT_EQ(byte_diff(tr.log, lin.log), "") << "chain of " << lens[0] << ": log";
@@ -244,13 +252,7 @@ TEST_P(CudaDeferred, ChainShapedTreeAcrossKernels) {
   Rng r(8500);
   constexpr int64_t K = 128;
   const TreeCase c = make_tree_case(r, K);
-  const std::vector<int64_t> lens = {5, 3};
-  std::vector<int64_t> chain;
-  for (int64_t l : lens)
-    for (int64_t t = 0; t < l; ++t) chain.push_back(t - 1);
-  GdrIn in = make_gdr_in(r, lens[0] + lens[1], kTH, kTHV, K, kTV, DType::kFloat32, DType::kFloat32);
-  const StepOut lin = tree_step(be, c, in, lens, {2, 4}, nullptr, nullptr);
-  const StepOut tr = tree_step(be, c, in, lens, {2, 4}, nullptr, &chain);
+  const auto [lin, tr] = linear_and_chain_tree(be, c, r, K, {5, 3});
   EXPECT_LE(rel_l2(tr.o, lin.o), 1e-5) << "outputs";
   for (int64_t s = 0; s < 2; ++s) expect_slot_close(tr.pool, s, lin.pool, s, 1e-5, "committed state");
   expect_slot_close(tr.pool, 2, lin.pool, 2, 0.0, "the slot no sequence names");
