@@ -20,6 +20,9 @@ Implementations ("peers"):
                   indices: a dense state per sequence, T tokens from it, final state stored in place
                   (verify = "deferred commit" semantics, so it moves 2 states per sequence, not 1 + T)
   gdn             ours, gdn_kernels.gated_delta_rule_recurrent (the torch extension), in the same harness
+  gdn_deferred    ours in the deferred-commit mode (docs/contract.md §7): one slot per sequence, verify_log
+                  in and verify_log_out written; each call replays T logged rows (num_accepted_tokens = T,
+                  as `gdn bench --ops deferred`), commits one state, then runs and logs its T tokens
 Semantics everywhere: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b), q and k l2-normalised in
 the kernel, scale K^-1/2. A correctness check against a torch reference runs first for every peer.
 Each peer runs in its own subprocess, so one that fails to import or crashes leaves an error row and
@@ -42,7 +45,7 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {"qwen3-next-tp1": (16, 32, 128, 128), "qwen3-next-tp4": (4, 8, 128, 128), "qwen3.6-27b": (16, 48, 128, 128)}
-PEERS = ["vllm_sigmoid", "vllm_recurrent", "fla_recurrent", "gdn"]
+PEERS = ["vllm_sigmoid", "vllm_recurrent", "fla_recurrent", "gdn", "gdn_deferred"]
 L2_BYTES = 60e6
 ACT_BYTES = 2  # bf16 activations
 DEVICE = "cuda"
@@ -213,6 +216,19 @@ def make_data(torch, model, N, T, state, per_token, layout, max_calls, min_pool=
 
 
 # ---- the peers ------------------------------------------------------------------------------------
+def make_log(torch, d):
+    """A deferred-commit log [slots, T, HV, K + V + 2] float32 of plausible entries, as the previous
+    step wrote them: k^ of unit norm, v, g = -softplus(.) in log space, beta in (0, 1)."""
+    slots, E = d.pool.shape[0], d.K + d.V + 2
+    log = torch.empty(slots, d.T, d.HV, E, device=DEVICE, dtype=torch.float32)
+    k = torch.randn(slots, d.T, d.HV, d.K, device=DEVICE)
+    log[..., :d.K] = k / k.norm(dim=-1, keepdim=True)
+    log[..., d.K:d.K + d.V] = torch.randn(slots, d.T, d.HV, d.V, device=DEVICE)
+    log[..., d.K + d.V] = -torch.nn.functional.softplus(torch.randn(slots, d.T, d.HV, device=DEVICE))
+    log[..., d.K + d.V + 1] = torch.rand(slots, d.T, d.HV, device=DEVICE)
+    return log
+
+
 def _import_from(path, module):
     import importlib
     path = str(Path(path).resolve())
@@ -302,6 +318,27 @@ def load_peer(name, peers_dir):
             return call
         return SimpleNamespace(layout="vk", per_token=False, launches=1, prepare=prepare, source=_source(base),
                                semantics="FLA kernel: dense state per sequence, final state only (T>1 = deferred commit)")
+    if name == "gdn_deferred":
+        sys.path.insert(0, str(ROOT / "python"))
+        import gdn_kernels
+
+        def prepare(d):
+            log_in = make_log(torch, d)
+            log_out = torch.empty_like(log_in)
+            nacc = torch.full((d.N,), d.T, device=DEVICE, dtype=torch.int32)
+            o = torch.empty_like(d.v)
+            d.bytes += 2 * d.N * d.T * d.HV * (d.K + d.V + 2) * 4  # T log entries replayed, T written
+
+            def call(c):
+                return gdn_kernels.gated_delta_rule_recurrent(
+                    d.q, d.k, d.v, d.a, d.b, A_log=d.A_log, dt_bias=d.dt_bias, ssm_state=d.pool, query_start_loc=d.qsl,
+                    state_indices=d.idx[c], num_accepted_tokens=nacc, out=o, verify_log=log_in,
+                    verify_log_out=log_out, log_tokens=True)
+            d.log_in, d.log_out = log_in, log_out
+            return call
+        return SimpleNamespace(layout="vk", per_token=False, deferred=True, launches=1, prepare=prepare,
+                               source=f"gdn_kernels ({gdn_kernels.library_path()})",
+                               semantics="ours, deferred commit: T logged rows replayed, one state read and written")
     if name == "gdn":
         sys.path.insert(0, str(ROOT / "python"))
         import gdn_kernels
@@ -351,6 +388,16 @@ def check_peer(torch, peer, model, T, state, max_calls):
     beta = torch.sigmoid(d.b.float().view(N, T, d.HV))
     o_ref = torch.empty(N, T, d.HV, d.V, device=DEVICE)
     stored = []
+    deferred = getattr(peer, "deferred", False)
+    if deferred:  # the T logged rows first (k^, v, g, beta as logged), then the committed state
+        lg = d.log_in[read]  # [N, T, HV, E]
+        for t in range(T):
+            kl, vl = lg[:, t, :, :d.K], lg[:, t, :, d.K:d.K + d.V]
+            gl, bl = lg[:, t, :, d.K + d.V], lg[:, t, :, d.K + d.V + 1]
+            S = S * torch.exp(gl)[..., None, None]
+            S = S + (bl[..., None] * (vl - torch.einsum("nhvk,nhk->nhv", S, kl)))[..., None] * kl[:, :, None, :]
+        stored = [(read, S.clone())]
+        log_ref = torch.cat([k, v, g[..., None], beta[..., None]], dim=-1)  # [N, T, HV, E]
     for t in range(T):
         S = S * torch.exp(g[:, t])[..., None, None]  # S = exp(g) S
         delta = beta[:, t, :, None] * (v[:, t] - torch.einsum("nhvk,nhk->nhv", S, k[:, t]))  # (v - S k) beta
@@ -365,7 +412,12 @@ def check_peer(torch, peer, model, T, state, max_calls):
     e_s = max(rel_l2(torch, got[slots], ref) for slots, ref in stored)
     tol_s = 1e-4 if state == "f32" else 1e-2
     ok = e_o <= 1e-2 and e_s <= tol_s
-    return ok, f"{'ok' if ok else 'MISMATCH'} T={T} {state}: rel L2 o {e_o:.1e} (tol 1e-2), states {e_s:.1e} (tol {tol_s:g})"
+    text = f"rel L2 o {e_o:.1e} (tol 1e-2), states {e_s:.1e} (tol {tol_s:g})"
+    if deferred:  # the step's tokens logged as consumed (float32 log: k^, v, g, beta)
+        e_l = rel_l2(torch, d.log_out[read].float(), log_ref)
+        ok = ok and e_l <= 1e-4
+        text += f", log {e_l:.1e} (tol 1e-4)"
+    return ok, f"{'ok' if ok else 'MISMATCH'} T={T} {state}: {text}"
 
 
 # ---- one peer over all cases (in a worker process) -------------------------------------------------
