@@ -48,7 +48,7 @@ void usage(FILE* f) {
       "engine\n"
       "  --max-running N --token-budget N --prefill-chunk N\n"
       "  --deferred            deferred-commit verify: one state slot per request, the step's tokens\n"
-      "                        logged and replayed at the next commit (CPU)\n"
+      "                        logged and replayed at the next commit\n"
       "  --tree N              with --deferred: token-tree drafts of up to N nodes (depth <= num-spec):\n"
       "                        the draft model's top-B tokens at each of the first L levels, its top-1\n"
       "                        below, best rank paths first; verified in one sequence, the longest\n"

@@ -318,7 +318,7 @@ TEST(Plan, ChunkedOp) {
   ChunkProblem small_smem = chunk_of(64, 256);
   small_smem.vs64_fits = false;
   EXPECT_EQ(vs(small_smem, 132), 32);
-  ChunkProblem forms = chunk_of(64, 1);  // gate forms only the chunk kernel has: whatever the batch
+  ChunkProblem forms = chunk_of(64, 1);  // chunk_only: the chunk kernel whatever the batch
   forms.chunk_only = true;
   EXPECT_EQ(vs(forms, 132), 64);
   EXPECT_EQ(vs(forms, 132, {Path::kLean}), 64);

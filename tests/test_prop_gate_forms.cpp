@@ -7,9 +7,10 @@
 //   * qk_l2norm off with q and k normalised here (q / sqrt(|q|^2 + 1e-6)): within rel L2 1e-5 of
 //     the normalising run (float32 activations and state; only the rounding of the normalised
 //     values differs);
-//   * on CUDA the recurrent op takes them (tests/test_cuda_gate_forms.cpp compares its results with
-//     the CPU's); the chunked op takes them in its chunk kernel only, and refuses them where that
-//     kernel cannot run (here K = 16) with a message that names the form.
+//   * on CUDA both ops take them (tests/test_cuda_gate_forms.cpp compares the recurrent op's
+//     results with the CPU's in every kernel); where the chunk kernel cannot run (here K = 16) the
+//     chunked op runs the recurrence kernels, so its results are the recurrent op's bytes, and both
+//     are within the tolerances of float32 (1e-5) or 16-bit (1e-2) activations of the CPU's.
 #include "common/seq_rules.h"
 #include "prop_ops.h"
 
@@ -121,25 +122,39 @@ TEST(PropGateFormsF32, WithoutL2NormOnNormalisedInputs) {
   }
 }
 
-TEST_P(PropGateForms, CudaTakesThemInTheRecurrentOpOnly) {
+TEST_P(PropGateForms, CudaTakesThemInBothOps) {
   PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
   Rng r(44);
   const Batch b = make_batch(GetParam(), r);
   Buf g, beta;
   computed_gates(b.in, &g, &beta);
-  GdrIn in = b.in;
-  in.a = g;
-  Status st;
-  run_gates(Backend::kCUDA, false, b, in, StateLayout::kVK, true, false, true, &st);
-  EXPECT_TRUE(st.ok()) << st.message();
-  run_gates(Backend::kCUDA, true, b, in, StateLayout::kVK, true, false, true, &st);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("unsupported on CUDA: a given as the log-space decay"), std::string::npos)
-      << st.message();
-  EXPECT_NE(st.message().find("gated_delta_rule_recurrent takes this form"), std::string::npos) << st.message();
-  run_gates(Backend::kCUDA, true, b, b.in, StateLayout::kVK, false, false, false, &st);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("qk_l2norm false"), std::string::npos) << st.message();
+  GdrIn given = b.in;
+  given.a = g;
+  given.b = beta;
+  struct Form {
+    const char* name;
+    const GdrIn& in;
+    bool decay_given, beta_given, l2norm;
+  };
+  for (const Form& f : {Form{"decay and beta given", given, true, true, true},
+                        Form{"decay given", given, true, false, true}, Form{"no l2 norm", b.in, false, false, false}}) {
+    for (StateLayout layout : {StateLayout::kVK, StateLayout::kKV}) {
+      SCOPED_TRACE(std::string(f.name) + " " + to_string(layout));
+      GdrIn in = f.in;
+      if (f.decay_given && !f.beta_given) in.b = b.in.b;  // the raw logit beside the given decay
+      Status st;
+      const GateRun cpu = run_gates(Backend::kCPU, false, b, in, layout, f.decay_given, f.beta_given, f.l2norm, &st);
+      ASSERT_TRUE(st.ok()) << st.message();
+      const GateRun rec = run_gates(Backend::kCUDA, false, b, in, layout, f.decay_given, f.beta_given, f.l2norm, &st);
+      ASSERT_TRUE(st.ok()) << st.message();
+      const GateRun chk = run_gates(Backend::kCUDA, true, b, in, layout, f.decay_given, f.beta_given, f.l2norm, &st);
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_EQ(bit_diff(chk.o, 0, rec.o, 0, rec.o.numel()), "") << "chunked op: the recurrent op's outputs";
+      EXPECT_EQ(bit_diff(chk.pool, 0, rec.pool, 0, rec.pool.numel()), "") << "chunked op: the recurrent op's states";
+      EXPECT_LE(rel_l2(rec.o, cpu.o), tol_for(GetParam())) << "o against the CPU";
+      EXPECT_LE(rel_l2(rec.pool, cpu.pool), 1e-5) << "states against the CPU (float32 state)";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Prop, PropGateForms, ::testing::Values(DType::kFloat32, DType::kBFloat16),

@@ -51,7 +51,7 @@ struct EngineOptions {
   uint64_t seed = 1;            // for corruption
   bool inject_fault = false;    // tests of the checker: after accepting m >= 1 drafts, feed back
                                 // num_accepted_tokens = m instead of m + 1 (a bookkeeping bug)
-  bool deferred = false;        // deferred commit (docs/contract.md §7, CPU): one slot per request
+  bool deferred = false;        // deferred commit (docs/contract.md §7): one slot per request
                                 // and logs instead of a slot per draft column
   TreeRule tree;                // deferred: token-tree drafts when tree.nodes > 0 (depth <= num_spec)
 };

@@ -40,7 +40,7 @@ struct DemoConfig {
   Device device = Device::kCPU;
   int threads = 0;                  // matmul threads; 0: the machine's cores (at most 8)
   bool inject_fault = false;        // a deliberate state-bookkeeping bug (tests of the check)
-  bool deferred = false;            // deferred commit: one slot per request and logs (CPU)
+  bool deferred = false;            // deferred commit: one slot per request and logs
   int tree = 0;                     // deferred: token-tree drafts of this many nodes (0: chains)
   int tree_branch = 2;              // candidates per node at the branching levels (1: a chain)
   int tree_levels = 2;              // levels that branch; below them the draft's top-1

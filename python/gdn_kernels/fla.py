@@ -18,9 +18,9 @@ No autograd (inference kernels). ``fused_recurrent_gated_delta_rule`` runs
 ``gated_delta_rule_recurrent``, which takes every form on both backends (on CUDA the log-space
 ``g``, ``beta`` given and no l2 norm run in the gate-form instances of the lean, pipelined and
 register kernels, ``g`` and ``beta`` in float32 or the dtype of ``q``). ``chunk_gated_delta_rule`` runs
-``gated_delta_rule_chunked``: on CUDA every form where its chunk kernel runs (K = 128, bf16/fp16
-activations), elsewhere only the gates computed in the kernel (``use_gate_in_kernel``,
-``use_beta_sigmoid_in_kernel``, ``use_qk_l2norm_in_kernel``); the CPU backend takes every form.
+``gated_delta_rule_chunked``, which also takes every form on both backends (on CUDA in its chunk
+kernel where that fits: K = 128, bf16/fp16 activations, V a multiple of 32; elsewhere in the
+recurrence kernels).
 """
 
 from typing import Optional, Tuple

@@ -18,8 +18,8 @@ Common conventions (docs/contract.md):
 * Tensors must be dense except in dim 0, whose stride may be larger (padded pools, row views).
 * Activations and conv weights/state: float32, bfloat16 or float16. ``A_log`` and ``dt_bias``: any
   float dtype (a bf16 checkpoint's own tensors); the gates are computed in float32.
-* Deferred commit and token trees (docs/contract.md §7; :func:`gated_delta_rule_recurrent` on both
-  backends, :func:`gdn_attention` on the CPU, its CUDA backend refusing them with a message):
+* Deferred commit and token trees (docs/contract.md §7; :func:`gated_delta_rule_recurrent` and
+  :func:`gdn_attention`, both backends):
   :func:`gated_delta_rule_recurrent` and :func:`gdn_attention` take ``verify_log`` /
   ``verify_log_out`` (and ``gdn_attention`` ``conv_log`` / ``conv_log_out``); None, the default,
   is the per-token-slot mode. Each sequence then owns one slot with its committed state, and the
@@ -232,8 +232,8 @@ def gated_delta_rule_recurrent(
             the first ``num_accepted_tokens[i]`` of row ``i`` (the accepted root-to-leaf path of a
             tree; an entry outside ``[0, log_cols)`` ends the replay). None: rows ``0, 1, ...``.
 
-    The CUDA kernels take the default gate forms (A_log and dt_bias given, ``beta_sigmoid``,
-    ``qk_l2norm``, ``a`` and ``b`` in the dtype of ``q``); the other forms run on the CPU.
+    Every gate and norm form runs on both backends (on CUDA, the other forms than the default take
+    the kernels' gate-form instances, at or near the default form's speed: docs/performance.md).
 
     Returns:
         ``o``: ``[T, HV, V]``, dtype of ``q``.
@@ -275,8 +275,10 @@ def gated_delta_rule_chunked(
     """The gated delta rule computed chunk-parallel (prefill of long sequences).
 
     Same contract and arguments as :func:`gated_delta_rule_recurrent` for non-speculative
-    sequences (``state_indices [n]``; there is no ``num_accepted_tokens``), and the same results up
-    to rounding.
+    sequences (``state_indices [n]``; there is no ``num_accepted_tokens`` and no deferred-commit
+    mode), and the same results up to rounding. On CUDA the chunk kernel takes prefill batches where
+    it fits (K = 128, bfloat16 / float16 q, k, v and o with 16-byte aligned rows, V a multiple of 32,
+    sm_80+), in every gate and norm form; other batches run the recurrence kernels.
 
     Returns:
         ``o``: ``[T, HV, V]``, dtype of ``q``.

@@ -208,6 +208,28 @@ def test_fla_api_on_cuda():
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype,K", [(torch.float32, 128), (torch.bfloat16, 64)])
+@pytest.mark.parametrize("l2norm", [True, False])
+def test_fla_chunk_given_gates_beyond_the_chunk_kernel_on_cuda(dtype, K, l2norm):
+    """chunk_gated_delta_rule with precomputed gates where the chunk kernel cannot run (float32
+    activations, or K = 64): the chunked op takes the recurrence kernels, within FLA's chunk
+    threshold of the float64 reference, varlen with initial states."""
+    q, k, v, a, blog, A_log, dt_bias, cu = make(1, [40, 1, 70], 2, 4, K, 32, dtype, 13, True)
+    if not l2norm:  # FLA's callers normalise beforehand then
+        q, k = (torch.nn.functional.normalize(x.float(), dim=-1).to(dtype) for x in (q, k))
+    g_log = -A_log.exp() * torch.nn.functional.softplus(a.float() + dt_bias)
+    beta = torch.sigmoid(blog.float())
+    h0 = torch.randn(3, 4, K, 32) * 0.1
+    dev = dict(device="cuda")
+    o, ht = fla.chunk_gated_delta_rule(q.to(**dev), k.to(**dev), v.to(**dev), g_log.to(**dev), beta.to(**dev),
+                                       use_qk_l2norm_in_kernel=l2norm, initial_state=h0.to(**dev),
+                                       output_final_state=True, cu_seqlens=cu.to(**dev))
+    o_ref, h_ref = reference(flat(q), flat(k), flat(v), flat(g_log), flat(beta), K ** -0.5, h0, cu, l2norm, False)
+    assert err_ratio(flat(o).cpu(), o_ref) <= 0.005
+    assert err_ratio(ht.cpu(), h_ref) <= 0.005
+
+
+@requires_cuda
 @pytest.mark.parametrize("state_v_first", [False, True])
 @pytest.mark.parametrize("beta_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("l2norm", [True, False])

@@ -83,21 +83,6 @@ Status supports_k(const char* op, int64_t K) {
   return Status::Error(std::string(op) + ": unsupported on CUDA: head_k_dim " + std::to_string(K) +
                        ", supported 1..256 (64, 128 and 256 at full speed)");
 }
-// The chunked op takes the gate and norm forms other than the default (ops.h) in its chunk kernel
-// only; gated_delta_rule_recurrent takes every form (the register kernel's gate-form instances,
-// the deferred kernel).
-Status supports_chunk_gates(const char* op, const GatedDeltaRuleArgs& a) {
-  std::string what;
-  if (!a.A_log.present()) what = "a given as the log-space decay (no A_log / dt_bias)";
-  else if (!a.beta_sigmoid) what = "b given as beta (beta_sigmoid false)";
-  else if (!a.qk_l2norm) what = "q and k without l2 normalisation (qk_l2norm false)";
-  else if (a.a.dtype != a.q.dtype || a.b.dtype != a.q.dtype) what = "a or b in a dtype other than q's";
-  if (what.empty()) return Status::Ok();
-  return Status::Error(std::string(op) + ": unsupported on CUDA: " + what +
-                       " where the chunk kernel cannot run (it needs K = 128, bfloat16 or float16 q, k, v and o "
-                       "with 16-byte aligned rows, V a multiple of 32, sm_80+); gated_delta_rule_recurrent takes "
-                       "this form on CUDA, and the CPU backend both ops");
-}
 Status supports_grid(const char* op, int64_t nseq, int64_t HV) {
   if (nseq <= 65535 && HV <= 65535) return Status::Ok();
   return Status::Error(std::string(op) + ": unsupported on CUDA: more than 65535 sequences or value heads, got " +
@@ -206,12 +191,6 @@ void fill_deferred(DeferredParams& p, const GatedDeltaRuleArgs& a) {
   p.a.stride = p.b.stride = 1;  // element (row, hv) at row * src.a_rs + hv
 }
 
-// The default gate and norm forms, a and b in the dtype of q (the chunked op's recurrence path).
-bool default_gates(const GatedDeltaRuleArgs& a) {
-  return a.A_log.present() && a.beta_sigmoid && a.qk_l2norm && a.a.dtype == a.q.dtype && a.b.dtype == a.q.dtype;
-}
-
-
 // The chunk kernel's own limits: 16-bit activations, K = 128, V a multiple of 32, sm_80+, its
 // shared memory on the device.
 bool chunk_kernel_fits(DType act, int64_t K, int64_t V, int cc_major, int device) {
@@ -254,8 +233,6 @@ bool attention_chunk_ok(const GdnAttentionArgs& a, const rules::ProjLayout& L, i
 
 Status supports_chunked(const GatedDeltaRuleArgs& a) {
   GDN_RETURN_IF_ERROR(supports_k("gated_delta_rule_chunked", a.q.shape[2]));
-  if (!default_gates(a) && !chunk_ok(a, device_props(a.q.device_index).major))
-    GDN_RETURN_IF_ERROR(supports_chunk_gates("gated_delta_rule_chunked", a));
   return supports_grid("gated_delta_rule_chunked", a.state_indices.shape[0], a.v.shape[1]);
 }
 
@@ -281,8 +258,8 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream, pla
 }
 
 // The chunk kernel (chunk/chunk.cuh) for prefill batches, else the recurrence (validated as non-spec
-// only; it computes the same recurrence). Gate or norm forms other than the default always take the
-// chunk kernel.
+// only; it computes the same recurrence). Every gate and norm form takes either, as the default form
+// does (the recurrence kernels' gate-form instances).
 Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan::Override force) {
   GDN_RETURN_IF_ERROR(supports_chunked(a));
   ChunkParams p;
@@ -298,7 +275,6 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
     cp.chunk_ok = chunk_ok(a, major);
     cp.vs64_fits = device_props(dev).smem_optin >= chunk_smem_bytes(64);
     cp.split_ok = chunk_prep_ok(a.q.dtype, p.V, device_props(dev).smem_optin);
-    cp.chunk_only = !default_gates(a);
     const plan::ChunkPlan pl = plan::plan_chunked(cp, major, sms, force);
     p.early_meta = a.metadata_ready_early && pdl_enabled();
     const cudaStream_t s = static_cast<cudaStream_t>(stream);

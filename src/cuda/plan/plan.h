@@ -137,7 +137,7 @@ struct ChunkProblem {
   int HV = 0, V = 0;
   bool chunk_ok = false;  // K = 128, V a multiple of 32, 16-bit aligned activations, sm_80+, shared memory
   bool vs64_fits = true;  // the 64-column block's shared memory fits the device
-  bool chunk_only = false;  // gate or norm forms the recurrence kernels lack: the chunk kernel whatever the batch
+  bool chunk_only = false;  // the chunk kernel whatever the batch (gdn_attention: the device tests the lengths)
   bool split_ok = false;    // the prep kernel takes V and fits the device (chunk_prep_ok)
 };
 // split: the prep kernel first (parallel over chunks and value heads), then blocks of 32 columns
