@@ -23,6 +23,7 @@ Implementations ("peers"):
   gdn_deferred    ours in the deferred-commit mode (docs/contract.md §7): one slot per sequence, verify_log
                   in and verify_log_out written; each call replays T logged rows (num_accepted_tokens = T,
                   as `gdn bench --ops deferred`), commits one state, then runs and logs its T tokens
+(bench/peer_kernels.py loads and calls each.)
 Semantics everywhere: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b), q and k l2-normalised in
 the kernel, scale K^-1/2. A correctness check against a torch reference runs first for every peer.
 Each peer runs in its own subprocess, so one that fails to import or crashes leaves an error row and
@@ -33,7 +34,6 @@ import datetime
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -42,6 +42,9 @@ import traceback
 import zlib
 from pathlib import Path
 from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_kernels import load_peer  # noqa: E402  (the peers: how each is loaded and called)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {"qwen3-next-tp1": (16, 32, 128, 128), "qwen3-next-tp4": (4, 8, 128, 128), "qwen3.6-27b": (16, 48, 128, 128)}
@@ -66,19 +69,6 @@ def _copy_kernel(src, dst, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
-
-
-@_jit
-def _gates_kernel(a, b, A_log, dt_bias, g, beta, n, HV: tl.constexpr, BLOCK: tl.constexpr):
-    # g = -exp(A_log) * softplus(a + dt_bias) (float32);  beta = sigmoid(b) (dtype of beta)
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    h = offs % HV
-    x = tl.load(a + offs, mask=mask, other=0).to(tl.float32) + tl.load(dt_bias + h, mask=mask, other=0).to(tl.float32)
-    sp = tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x)
-    tl.store(g + offs, -tl.exp(tl.load(A_log + h, mask=mask, other=0).to(tl.float32)) * sp, mask=mask)
-    bb = tl.load(b + offs, mask=mask, other=0).to(tl.float32)
-    tl.store(beta + offs, tl.sigmoid(bb).to(beta.dtype.element_ty), mask=mask)
 
 
 def csv(s):
@@ -213,148 +203,6 @@ def make_data(torch, model, N, T, state, per_token, layout, max_calls, min_pool=
     states = N * slot_bytes * ((1 + T) if (spec and per_token) else 2)
     d.bytes = states + rows * ACT_BYTES * (2 * H * K + 2 * HV * V + 2 * HV)
     return d
-
-
-# ---- the peers ------------------------------------------------------------------------------------
-def make_log(torch, d):
-    """A deferred-commit log [slots, T, HV, K + V + 2] float32 of plausible entries, as the previous
-    step wrote them: k^ of unit norm, v, g = -softplus(.) in log space, beta in (0, 1)."""
-    slots, E = d.pool.shape[0], d.K + d.V + 2
-    log = torch.empty(slots, d.T, d.HV, E, device=DEVICE, dtype=torch.float32)
-    k = torch.randn(slots, d.T, d.HV, d.K, device=DEVICE)
-    log[..., :d.K] = k / k.norm(dim=-1, keepdim=True)
-    log[..., d.K:d.K + d.V] = torch.randn(slots, d.T, d.HV, d.V, device=DEVICE)
-    log[..., d.K + d.V] = -torch.nn.functional.softplus(torch.randn(slots, d.T, d.HV, device=DEVICE))
-    log[..., d.K + d.V + 1] = torch.rand(slots, d.T, d.HV, device=DEVICE)
-    return log
-
-
-def _import_from(path, module):
-    import importlib
-    path = str(Path(path).resolve())
-    if not Path(path).is_dir():
-        raise ImportError(f"{path} is missing: run scripts/fetch_peers.sh and carry .peers")
-    sys.path.insert(0, path)
-    mod = importlib.import_module(module)
-    if not str(Path(mod.__file__).resolve()).startswith(path):
-        raise ImportError(f"{module} was imported from {mod.__file__}, not from {path}")
-    return mod
-
-
-def _source(path):
-    f = Path(path) / "SOURCE"
-    return f.read_text().splitlines()[0] if f.is_file() else "?"
-
-
-def load_peer(name, peers_dir):
-    """Returns SimpleNamespace(layout, per_token, launches, semantics, source, prepare(d) -> call(c))."""
-    import torch
-    if name == "vllm_sigmoid":
-        base = Path(peers_dir) / "vllm_fla"
-        fn = _import_from(base, "vllm.model_executor.layers.fla.ops.fused_sigmoid_gating").fused_sigmoid_gating_delta_rule_update
-
-        def prepare(d):
-            q, k, v = (x.view(1, d.rows, *x.shape[1:]) for x in (d.q, d.k, d.v))
-
-            def call(c):
-                o, _ = fn(A_log=d.A_log, a=d.a, b=d.b, dt_bias=d.dt_bias, q=q, k=k, v=v, beta=1.0, threshold=20.0,
-                          scale=d.scale, initial_state=d.pool, inplace_final_state=True, cu_seqlens=d.qsl,
-                          ssm_state_indices=d.idx[c], num_accepted_tokens=d.acc, use_qk_l2norm_in_kernel=True)
-                return o
-            return call
-        return SimpleNamespace(layout="vk", per_token=True, launches=1, prepare=prepare, source=_source(base),
-                               semantics="vLLM production kernel; per-token verify states; same op as gdn recurrent")
-    if name == "vllm_recurrent":
-        base = Path(peers_dir) / "vllm_fla"
-        fn = _import_from(base, "vllm.model_executor.layers.fla.ops.fused_recurrent").fused_recurrent_gated_delta_rule
-
-        def prepare(d):
-            q, k, v = (x.view(1, d.rows, *x.shape[1:]) for x in (d.q, d.k, d.v))
-            g = torch.empty(1, d.rows, d.HV, device=DEVICE, dtype=torch.float32)
-            beta = torch.empty(1, d.rows, d.HV, device=DEVICE, dtype=torch.float32)  # vLLM keeps b's dtype
-            n = d.rows * d.HV
-
-            def call(c):
-                _gates_kernel[(triton.cdiv(n, 1024),)](d.a, d.b, d.A_log, d.dt_bias, g, beta, n, HV=d.HV, BLOCK=1024)
-                o, _ = fn(q=q, k=k, v=v, g=g, beta=beta, scale=d.scale, initial_state=d.pool, inplace_final_state=True,
-                          cu_seqlens=d.qsl, ssm_state_indices=d.idx[c], num_accepted_tokens=d.acc,
-                          use_qk_l2norm_in_kernel=True)
-                return o
-            return call
-        return SimpleNamespace(layout="kv", per_token=True, launches=2, prepare=prepare, source=_source(base),
-                               semantics="vLLM older kernel, state [K,V]; gates (fp32) by a separate kernel (2 launches)")
-    if name == "fla_recurrent":
-        base = Path(peers_dir) / "fla"
-        mod = _import_from(base, "fla.ops.gated_delta_rule.fused_recurrent")
-        kern = mod.fused_recurrent_gated_delta_rule_fwd_kernel
-        # Launch shape as FLA's own wrapper chooses it (read from its source; these are the fallbacks).
-        import inspect
-        src = inspect.getsource(mod.fused_recurrent_gated_delta_rule_fwd)
-        m_bv, m_w = re.search(r"BV = min\((\d+)", src), re.search(r"num_warps=(\d+)", src)
-        bv_cap, warps = int(m_bv.group(1)) if m_bv else 8, int(m_w.group(1)) if m_w else 1
-        jf = kern
-        while not hasattr(jf, "arg_names") and hasattr(jf, "fn"):
-            jf = jf.fn
-        needed = {"q", "k", "v", "g", "beta", "A_log", "dt_bias", "o", "h0", "ht", "STATE_V_FIRST", "APPLY_BETA_SIGMOID"}
-        missing = needed - set(getattr(jf, "arg_names", needed))
-        if missing:
-            raise ImportError(f"FLA's fused_recurrent kernel has no argument(s) {sorted(missing)}: version changed")
-
-        def prepare(d):
-            N, T = d.N, d.T
-            q, k = d.q.view(N, T, d.H, d.K), d.k.view(N, T, d.H, d.K)
-            v, a, b = d.v.view(N, T, d.HV, d.V), d.a.view(N, T, d.HV), d.b.view(N, T, d.HV)
-            o = torch.empty_like(v)
-            BK, BV = triton.next_power_of_2(d.K), min(bv_cap, triton.next_power_of_2(d.V))
-            grid = (triton.cdiv(d.V, BV) * N * d.HV,)
-
-            def call(c):
-                h = d.pool[c * N:(c + 1) * N]  # the state of sequence i is read from and stored to slot c*N+i
-                kern[grid](q=q, k=k, v=v, g=a, gk=None, gv=None, beta=b, A_log=d.A_log, dt_bias=d.dt_bias, o=o,
-                           h0=h, ht=h, cu_seqlens=None, scale=d.scale, T=T, H=d.H, HV=d.HV, K=d.K, V=d.V, BK=BK,
-                           BV=BV, IS_BETA_HEADWISE=True, USE_QK_L2NORM_IN_KERNEL=True, APPLY_BETA_SIGMOID=True,
-                           ALLOW_NEG_EIGVAL=False, STATE_V_FIRST=True, num_warps=warps, num_stages=3)
-                return o
-            return call
-        return SimpleNamespace(layout="vk", per_token=False, launches=1, prepare=prepare, source=_source(base),
-                               semantics="FLA kernel: dense state per sequence, final state only (T>1 = deferred commit)")
-    if name == "gdn_deferred":
-        sys.path.insert(0, str(ROOT / "python"))
-        import gdn_kernels
-
-        def prepare(d):
-            log_in = make_log(torch, d)
-            log_out = torch.empty_like(log_in)
-            nacc = torch.full((d.N,), d.T, device=DEVICE, dtype=torch.int32)
-            o = torch.empty_like(d.v)
-            d.bytes += 2 * d.N * d.T * d.HV * (d.K + d.V + 2) * 4  # T log entries replayed, T written
-
-            def call(c):
-                return gdn_kernels.gated_delta_rule_recurrent(
-                    d.q, d.k, d.v, d.a, d.b, A_log=d.A_log, dt_bias=d.dt_bias, ssm_state=d.pool, query_start_loc=d.qsl,
-                    state_indices=d.idx[c], num_accepted_tokens=nacc, out=o, verify_log=log_in,
-                    verify_log_out=log_out, log_tokens=True)
-            d.log_in, d.log_out = log_in, log_out
-            return call
-        return SimpleNamespace(layout="vk", per_token=False, deferred=True, launches=1, prepare=prepare,
-                               source=f"gdn_kernels ({gdn_kernels.library_path()})",
-                               semantics="ours, deferred commit: T logged rows replayed, one state read and written")
-    if name == "gdn":
-        sys.path.insert(0, str(ROOT / "python"))
-        import gdn_kernels
-
-        def prepare(d):
-            o = torch.empty_like(d.v)
-
-            def call(c):
-                return gdn_kernels.gated_delta_rule_recurrent(
-                    d.q, d.k, d.v, d.a, d.b, A_log=d.A_log, dt_bias=d.dt_bias, ssm_state=d.pool, query_start_loc=d.qsl,
-                    state_indices=d.idx[c], num_accepted_tokens=d.acc, out=o)
-            return call
-        return SimpleNamespace(layout="vk", per_token=True, launches=1, prepare=prepare,
-                               source=f"gdn_kernels ({gdn_kernels.library_path()})",
-                               semantics="ours: gdn_kernels.gated_delta_rule_recurrent")
-    raise ValueError(name)
 
 
 # ---- correctness against torch ---------------------------------------------------------------------
