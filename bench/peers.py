@@ -44,7 +44,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_kernels import load_peer  # noqa: E402  (the peers: how each is loaded and called)
+from peer_kernels import _jit, load_peer, tl, triton  # noqa: E402  (the peers; triton where it imports)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {"qwen3-next-tp1": (16, 32, 128, 128), "qwen3-next-tp4": (4, 8, 128, 128), "qwen3.6-27b": (16, 48, 128, 128)}
@@ -52,17 +52,6 @@ PEERS = ["vllm_sigmoid", "vllm_recurrent", "fla_recurrent", "gdn", "gdn_deferred
 L2_BYTES = 60e6
 ACT_BYTES = 2  # bf16 activations
 DEVICE = "cuda"
-
-try:  # triton is imported lazily everywhere else; --help and --list work without it
-    import triton
-    import triton.language as tl
-    _jit = triton.jit
-except Exception:  # noqa: BLE001
-    triton, tl = None, SimpleNamespace(constexpr=object)
-
-    def _jit(fn):
-        return fn
-
 
 @_jit
 def _copy_kernel(src, dst, n, BLOCK: tl.constexpr):
