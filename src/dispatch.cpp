@@ -20,28 +20,25 @@ namespace {
 }
 
 // `probe` is the tensor whose device decides the backend (validation checked that all agree).
-// The CPU backend allocates host scratch (up front, before any write); no exception leaves the
-// library.
+// Backends take their scratch up front, before any write; no exception leaves the library.
 template <typename Args, typename Cpu, typename Cuda>
 Status run([[maybe_unused]] const char* op, const Args& args, const TensorView& probe, Status valid, Cpu cpu_fn, Cuda cuda_fn,
            void* stream) {
   GDN_RETURN_IF_ERROR(valid);
-  if (probe.device == Device::kCPU) {
-    try {
-      return cpu_fn(args);
-    } catch (const std::bad_alloc&) {
-      return Status::Error(std::string(op) + ": out of host memory");
-    } catch (const std::exception& e) {
-      return Status::Error(std::string(op) + ": " + e.what());
-    }
-  }
+  try {
+    if (probe.device == Device::kCPU) return cpu_fn(args);
 #ifdef GDN_WITH_CUDA
-  return cuda_fn(args, stream);
+    return cuda_fn(args, stream);
 #else
-  (void)cuda_fn;
-  (void)stream;
-  return no_cuda(op);
+    (void)cuda_fn;
+    (void)stream;
+    return no_cuda(op);
 #endif
+  } catch (const std::bad_alloc&) {
+    return Status::Error(std::string(op) + ": out of host memory");
+  } catch (const std::exception& e) {
+    return Status::Error(std::string(op) + ": " + e.what());
+  }
 }
 
 template <typename Args, typename Supports>

@@ -205,13 +205,14 @@ void model_deferred(const GatedDeltaRuleArgs& a) {
         if (c.reset) cpu::load_state(a, s, slot, hv, W.data());
         std::vector<NodeIn> in(c.n);
         for (int u = 0; u < c.n; ++u) {
-          cpu::TokenInputs ti;
+          std::vector<float> qb(K), kb(K), vb(V);
+          cpu::TokenInputs ti{qb.data(), kb.data(), vb.data()};
           cpu::load_token(a, s, tr.begin + c.node[u], hv, &ti);
-          in[u] = NodeIn{ti.k, ti.q, ti.v, ti.g, ti.beta};
+          in[u] = NodeIn{kb, qb, vb, ti.g, ti.beta};
           if (a.log_tokens && c.emit[u] && c.node[u] < log_cols) {
             float* e = cpu::log_entry(a.verify_log_out, slot, c.node[u], hv);
-            std::copy(ti.k.begin(), ti.k.end(), e);
-            std::copy(ti.v.begin(), ti.v.end(), e + K);
+            std::copy(kb.begin(), kb.end(), e);
+            std::copy(vb.begin(), vb.end(), e + K);
             e[K + V] = ti.g;
             e[K + V + 1] = ti.beta;
           }

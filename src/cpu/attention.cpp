@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct GroupWork {
   std::vector<int64_t> rows;       // global row of local token j (-1: outside [0, num_actual_tokens))
   std::vector<int64_t> qsl, slots; // local metadata (a sequence with a token outside the buffer: padding)
   std::vector<char> x, ab, y, o;   // conv input [q|k|v], gates (a | b), conv output, recurrence output
+  std::vector<int64_t> col0, zeros;  // deferred commit: each sequence's slot (column 0), replay counts 0
 };
 
 // Reads the group's metadata and gathers its inputs; writes nothing the caller sees.
@@ -67,6 +69,11 @@ void prepare_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const 
   w->ab.assign(static_cast<size_t>(used * 2 * HV * es), 0);
   w->y.resize(w->x.size());
   w->o.resize(static_cast<size_t>(used * HV * L.V * es));
+  if (a.verify_log.present()) {
+    w->col0.resize(static_cast<size_t>(g.n));
+    w->zeros.assign(static_cast<size_t>(g.n), 0);
+    for (int64_t i = 0; i < g.n; ++i) w->col0[i] = w->slots[i * w->cols];
+  }
   const char* qkvz = static_cast<const char*>(a.projected_states_qkvz.data);
   const char* ba = static_cast<const char*>(a.projected_states_ba.data);
   for (int64_t j = 0; j < used; ++j) {
@@ -81,9 +88,27 @@ void prepare_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const 
   }
 }
 
-// The conv and the recurrence of a prepared group, outputs scattered to their global rows.
-Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Group& g, GroupWork& w) {
-  if (g.n == 0) return Status::Ok();
+// A prepared group's conv (prefill and decode, verify, or the deferred mode's) and recurrence, as
+// the ops' arguments over its work buffers; built before the call writes anything.
+struct GroupOps {
+  enum Conv { kNone, kFwd, kUpdate, kDeferred } conv = kNone;
+  CausalConv1dFwdArgs fwd;
+  CausalConv1dUpdateArgs update;
+  DeferredConv deferred;
+  GatedDeltaRuleArgs r;
+
+  ScratchNeed need() const {
+    ScratchNeed n;
+    if (conv == kNone) return n;
+    n = conv == kFwd ? conv_fwd_need(fwd) : conv == kUpdate ? conv_update_need(update) : deferred_conv_need(deferred);
+    n.add(recurrent_need(r));
+    return n;
+  }
+};
+
+GroupOps group_ops(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Group& g, GroupWork& w) {
+  GroupOps ops;
+  if (g.n == 0) return ops;
   const DType act = a.projected_states_qkvz.dtype;
   const int64_t es = static_cast<int64_t>(dtype_size(act));
   const int64_t HV = L.HV, D = L.D, used = w.used, cols = w.cols;
@@ -95,11 +120,9 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
   // Deferred commit (docs/contract.md §7): a sequence's slot is column 0 of its row, replay counts
   // (non-spec: given or 0).
   const bool deferred = a.verify_log.present();
-  std::vector<int64_t> col0(deferred ? static_cast<size_t>(g.n) : 0), zeros(col0.size(), 0);
-  for (int64_t i = 0; i < static_cast<int64_t>(col0.size()); ++i) col0[i] = w.slots[i * cols];
-  const TensorView slots_d = make_view(col0.data(), DType::kInt64, {g.n});
+  const TensorView slots_d = make_view(w.col0.data(), DType::kInt64, {g.n});
   TensorView replay_v = g.spec ? *g.num_accepted_tokens : a.non_spec_num_accepted_tokens;
-  if (deferred && !replay_v.present()) replay_v = make_view(zeros.data(), DType::kInt64, {g.n});
+  if (deferred && !replay_v.present()) replay_v = make_view(w.zeros.data(), DType::kInt64, {g.n});
   const TensorView path_v = g.spec ? a.spec_accepted_path : a.non_spec_accepted_path;
   TensorView parents_v;
   if (deferred && g.spec && a.spec_token_parents.present()) {
@@ -107,28 +130,28 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
     parents_v.shape[0] = used;  // local tokens [0, used) (validated: at least that long)
   }
   if (deferred) {
-    DeferredConv c;
+    DeferredConv& c = ops.deferred;
+    ops.conv = GroupOps::kDeferred;
     c.x = x_v; c.y = y_v; c.weight = a.conv_weights; c.bias = a.conv_bias; c.conv_state = a.conv_state;
     c.qsl = qsl_v; c.slots = slots_d; c.replay = replay_v; c.init = g.spec ? TensorView{} : *g.has_initial_state;
     c.path = path_v; c.parents = parents_v; c.log = a.conv_log; c.log_out = a.conv_log_out;
     c.activation = a.activation; c.log_tokens = g.spec; c.null_block_id = a.null_block_id;
-    GDN_RETURN_IF_ERROR(cpu::deferred_conv(c));
   } else if (g.spec) {
-    CausalConv1dUpdateArgs c;
+    CausalConv1dUpdateArgs& c = ops.update;
+    ops.conv = GroupOps::kUpdate;
     c.x = x_v; c.weight = a.conv_weights; c.bias = a.conv_bias; c.conv_state = a.conv_state;
     c.query_start_loc = qsl_v; c.state_indices = slots_v; c.num_accepted_tokens = *g.num_accepted_tokens;
     c.y = y_v; c.spec_layout = a.spec_conv_layout; c.activation = a.activation;
     c.null_block_id = a.null_block_id;
-    GDN_RETURN_IF_ERROR(cpu::causal_conv1d_update(c));
   } else {
-    CausalConv1dFwdArgs c;
+    CausalConv1dFwdArgs& c = ops.fwd;
+    ops.conv = GroupOps::kFwd;
     c.x = x_v; c.weight = a.conv_weights; c.bias = a.conv_bias; c.conv_state = a.conv_state;
     c.query_start_loc = qsl_v; c.state_indices = slots_v; c.has_initial_state = *g.has_initial_state;
     c.y = y_v; c.activation = a.activation; c.null_block_id = a.null_block_id;
-    GDN_RETURN_IF_ERROR(cpu::causal_conv1d_fwd(c));
   }
   // Recurrence on the conv output: q, k, v are column ranges of y.
-  GatedDeltaRuleArgs r;
+  GatedDeltaRuleArgs& r = ops.r;
   r.q = make_view(w.y.data(), act, {used, L.H, L.K});
   r.k = make_view(w.y.data() + L.H * L.K * es, act, {used, L.H, L.K});
   r.v = make_view(w.y.data() + 2 * L.H * L.K * es, act, {used, HV, L.V});
@@ -151,7 +174,19 @@ Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Gr
   r.state_layout = StateLayout::kVK;
   r.scale = a.scale;
   r.null_block_id = a.null_block_id;
-  GDN_RETURN_IF_ERROR(cpu::gated_delta_rule_recurrent(r));
+  return ops;
+}
+
+// The conv and the recurrence of a prepared group, outputs scattered to their global rows.
+Status run_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const Group& g, const GroupWork& w,
+                 const GroupOps& ops, Scratch& sc) {
+  if (g.n == 0) return Status::Ok();
+  const DType act = a.projected_states_qkvz.dtype;
+  const int64_t HV = L.HV, used = w.used;
+  if (ops.conv == GroupOps::kDeferred) GDN_RETURN_IF_ERROR(cpu::deferred_conv_on(ops.deferred, sc));
+  else if (ops.conv == GroupOps::kUpdate) GDN_RETURN_IF_ERROR(cpu::causal_conv1d_update_on(ops.update, sc));
+  else GDN_RETURN_IF_ERROR(cpu::causal_conv1d_fwd_on(ops.fwd, sc));
+  GDN_RETURN_IF_ERROR(cpu::gated_delta_rule_recurrent_on(ops.r, sc));
   // Scatter the outputs of every sequence's tokens to their global rows.
   const TensorView& out = a.core_attn_out;
   for (int64_t i = 0; i < g.n; ++i) {
@@ -174,11 +209,19 @@ Status gdn_attention(const GdnAttentionArgs& a) {
                        &a.non_spec_state_indices_tensor, &a.has_initial_state, nullptr};
   const Group spec{true, a.num_spec_decodes, &a.spec_query_start_loc, &a.spec_token_indx,
                    &a.spec_state_indices_tensor, nullptr, &a.num_accepted_tokens};
-  // Everything that can fail (the scratch of both groups) before the first write (docs/contract.md §5).
+  // Everything that can fail (the scratch of both groups and of the ops they run) before the first
+  // write (docs/contract.md §5).
   GroupWork w_ns, w_sp;
+  GroupOps ops_ns, ops_sp;
+  std::optional<Scratch> sc;
   try {
     prepare_group(a, L, non_spec, &w_ns);
     prepare_group(a, L, spec, &w_sp);
+    ops_ns = group_ops(a, L, non_spec, w_ns);
+    ops_sp = group_ops(a, L, spec, w_sp);
+    ScratchNeed need = ops_ns.need();
+    need.add(ops_sp.need());
+    sc.emplace(need);
   } catch (const std::bad_alloc&) {
     return Status::Error("gdn_attention: out of host memory for the scratch of " + std::to_string(w_ns.used) +
                          " non-spec and " + std::to_string(w_sp.used) + " spec tokens (nothing was written)");
@@ -192,8 +235,8 @@ Status gdn_attention(const GdnAttentionArgs& a) {
       for (int64_t vi = 0; vi < L.V; ++vi)
         std::memcpy(z + (row * a.z.stride[0] + hv * L.V + vi) * es,
                     qkvz + (row * a.projected_states_qkvz.stride[0] + L.z_col(hv, vi)) * es, es);
-  GDN_RETURN_IF_ERROR(run_group(a, L, non_spec, w_ns));
-  return run_group(a, L, spec, w_sp);
+  GDN_RETURN_IF_ERROR(run_group(a, L, non_spec, w_ns, ops_ns, *sc));
+  return run_group(a, L, spec, w_sp, ops_sp, *sc);
 }
 
 }  // namespace gdn::cpu

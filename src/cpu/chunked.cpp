@@ -9,7 +9,6 @@
 //   S_end    = exp(G_C-1) S0 + sum_j exp(G_C-1 - G_j) delta_j k_j^T
 // which unrolls S_t = exp(g_t) S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T exactly.
 #include <algorithm>
-#include <vector>
 
 #include "cpu/backend.h"
 #include "cpu/gdr_util.h"
@@ -19,18 +18,42 @@ namespace {
 
 constexpr int64_t kChunk = 64;
 
-// One chunk of C tokens starting at `row`; S (V x K) is advanced in place.
-void chunk_step(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int64_t C, int64_t hv,
-                std::vector<float>& S) {
-  const int64_t K = s.K, V = s.V;
-  std::vector<float> q(C * K), k(C * K), v(C * V), G(C), beta(C);
+// One work item's buffers: its state and a chunk's inputs, matrices and outputs (up to kChunk tokens).
+struct ChunkBufs {
+  float *S, *q, *k, *v, *G, *beta, *A, *T, *U, *Wk, *delta, *o;
   TokenInputs in;
+};
+ChunkBufs chunk_bufs(Arena& ar, const GdrShape& s) {
+  const int64_t C = kChunk, K = s.K, V = s.V;
+  ChunkBufs b;
+  b.S = ar.take<float>(elems(V, K));
+  b.q = ar.take<float>(elems(C, K));
+  b.k = ar.take<float>(elems(C, K));
+  b.v = ar.take<float>(elems(C, V));
+  b.G = ar.take<float>(C);
+  b.beta = ar.take<float>(C);
+  b.A = ar.take<float>(C * C);
+  b.T = ar.take<float>(C * C);
+  b.U = ar.take<float>(elems(C, V));
+  b.Wk = ar.take<float>(elems(C, K));
+  b.delta = ar.take<float>(elems(C, V));
+  b.o = ar.take<float>(V);
+  b.in = token_inputs(ar, s);
+  return b;
+}
+
+// One chunk of C tokens starting at `row`; the state b.S (V x K) is advanced in place.
+void chunk_step(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int64_t C, int64_t hv,
+                const ChunkBufs& b) {
+  const int64_t K = s.K, V = s.V;
+  float *const S = b.S, *const q = b.q, *const k = b.k, *const v = b.v, *const G = b.G, *const beta = b.beta;
+  TokenInputs in = b.in;
   float cum = 0.f;
   for (int64_t i = 0; i < C; ++i) {
     load_token(a, s, row + i, hv, &in);
-    std::copy(in.q.begin(), in.q.end(), &q[i * K]);
-    std::copy(in.k.begin(), in.k.end(), &k[i * K]);
-    std::copy(in.v.begin(), in.v.end(), &v[i * V]);
+    std::copy(in.q, in.q + K, &q[i * K]);
+    std::copy(in.k, in.k + K, &k[i * K]);
+    std::copy(in.v, in.v + V, &v[i * V]);
     cum += in.g;
     G[i] = cum;
     beta[i] = in.beta;
@@ -41,7 +64,9 @@ void chunk_step(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int
     return acc;
   };
   // T = (I + A)^-1 by forward substitution, row by row: T_i = e_i - sum_{j<i} A_ij T_j.
-  std::vector<float> A(C * C, 0.f), T(C * C, 0.f);
+  float *const A = b.A, *const T = b.T;
+  std::fill(A, A + C * C, 0.f);
+  std::fill(T, T + C * C, 0.f);
   for (int64_t i = 0; i < C; ++i)
     for (int64_t j = 0; j < i; ++j) A[i * C + j] = beta[i] * std::exp(G[i] - G[j]) * dot(&k[i * K], &k[j * K], K);
   for (int64_t i = 0; i < C; ++i) {
@@ -53,7 +78,9 @@ void chunk_step(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int
     }
   }
   // U = T (beta v), Wk = T (beta exp(G) k)
-  std::vector<float> U(C * V, 0.f), Wk(C * K, 0.f);
+  float *const U = b.U, *const Wk = b.Wk;
+  std::fill(U, U + C * V, 0.f);
+  std::fill(Wk, Wk + C * K, 0.f);
   for (int64_t i = 0; i < C; ++i)
     for (int64_t j = 0; j <= i; ++j) {
       const float tij = T[i * C + j];
@@ -62,11 +89,11 @@ void chunk_step(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int
       for (int64_t x = 0; x < K; ++x) Wk[i * K + x] += tbg * k[j * K + x];
     }
   // delta = U - S0 Wk (S0 is V x K: (S0 w)[vi] = S0[vi] . w)
-  std::vector<float> delta(C * V);
+  float* const delta = b.delta;
   for (int64_t i = 0; i < C; ++i)
     for (int64_t vi = 0; vi < V; ++vi) delta[i * V + vi] = U[i * V + vi] - dot(&S[vi * K], &Wk[i * K], K);
   // o_i = exp(G_i) S0 q_i + sum_{j<=i} exp(G_i - G_j) (q_i . k_j) delta_j
-  std::vector<float> o(V);
+  float* const o = b.o;
   for (int64_t i = 0; i < C; ++i) {
     const float eg = std::exp(G[i]);
     for (int64_t vi = 0; vi < V; ++vi) o[vi] = eg * dot(&S[vi * K], &q[i * K], K);
@@ -89,12 +116,20 @@ void chunk_step(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int
   }
 }
 
+ScratchNeed chunked_need(const GatedDeltaRuleArgs& a) {
+  const GdrShape s = gdr_shape(a);
+  Arena m;
+  chunk_bufs(m, s);
+  return {elems(a.state_indices.shape[0], s.HV), m.used()};
+}
+
 }  // namespace
 
 Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a) {
+  Scratch sc(chunked_need(a));
   const GdrShape s = gdr_shape(a);
   const int64_t n = a.state_indices.shape[0];
-  parallel_for(n * s.HV, [&](int64_t item) {
+  parallel_for(n * s.HV, sc, [&](int64_t item, Arena& ar) {
     const int64_t i = item / s.HV, hv = item % s.HV;
     const auto tr = sequence_tokens(a.query_start_loc, i, a.q.shape[0]);
     if (tr.len == 0) return;
@@ -103,11 +138,12 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a) {
       for (int64_t t = 0; t < tr.len; ++t) zero_output(a, s, tr.begin + t, hv);
       return;
     }
-    std::vector<float> S(static_cast<size_t>(s.V * s.K), 0.f);
-    if (load_bool(a.has_initial_state, i, true)) load_state(a, s, slot, hv, S.data());
+    const ChunkBufs b = chunk_bufs(ar, s);
+    if (load_bool(a.has_initial_state, i, true)) load_state(a, s, slot, hv, b.S);
+    else std::fill(b.S, b.S + s.V * s.K, 0.f);
     for (int64_t c0 = 0; c0 < tr.len; c0 += kChunk)
-      chunk_step(a, s, tr.begin + c0, std::min(kChunk, tr.len - c0), hv, S);
-    store_state(a, s, slot, hv, S.data());
+      chunk_step(a, s, tr.begin + c0, std::min(kChunk, tr.len - c0), hv, b);
+    store_state(a, s, slot, hv, b.S);
   });
   return Status::Ok();
 }

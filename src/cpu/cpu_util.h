@@ -1,11 +1,9 @@
-// src/cpu/cpu_util.h — element access by runtime dtype, index loads and a parallel loop.
+// src/cpu/cpu_util.h — element access by runtime dtype and index loads (the parallel loop and its
+// scratch: scratch.h).
 #pragma once
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <thread>
-#include <vector>
 
 #include "common/seq_rules.h"
 #include "gdn/tensor.h"
@@ -112,25 +110,5 @@ inline rules::TokenRange sequence_tokens(const TensorView& qsl, int64_t i, int64
 }
 
 inline float silu(float x) { return x / (1.f + std::exp(-x)); }
-
-// Runs f(i) for i in [0, n) on all hardware threads; items must be independent, so the result
-// does not depend on the schedule.
-template <typename F>
-void parallel_for(int64_t n, F f) {
-  unsigned hw = std::thread::hardware_concurrency();
-  int64_t nthreads = std::min<int64_t>(hw ? hw : 1, n);
-  if (nthreads <= 1) {
-    for (int64_t i = 0; i < n; ++i) f(i);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  auto worker = [&] {
-    for (int64_t i = next++; i < n; i = next++) f(i);
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < nthreads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
-}
 
 }  // namespace gdn::cpu

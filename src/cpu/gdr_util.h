@@ -1,10 +1,10 @@
 // src/cpu/gdr_util.h — pieces shared by the CPU recurrent and chunked gated delta rule.
 #pragma once
 #include <cmath>
-#include <vector>
 
 #include "common/seq_rules.h"
 #include "cpu/cpu_util.h"
+#include "cpu/scratch.h"
 #include "gdn/ops.h"
 
 namespace gdn::cpu {
@@ -56,16 +56,21 @@ inline void store_state(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t 
 }
 
 // Per-token inputs of value head hv: q^ and k^ (l2-normalised unless qk_l2norm is off; q times
-// scale), v, and the gates (computed from a, b, A_log, dt_bias, or given: ops.h).
+// scale), v, and the gates (computed from a, b, A_log, dt_bias, or given: ops.h). q, k, v point to
+// K, K and V floats of the caller's scratch.
 struct TokenInputs {
-  std::vector<float> q, k, v;
+  float *q = nullptr, *k = nullptr, *v = nullptr;
   float g = 0.f, beta = 0.f;  // log-decay and write strength
 };
+inline TokenInputs token_inputs(Arena& ar, const GdrShape& s) {
+  TokenInputs in;
+  in.q = ar.take<float>(s.K);
+  in.k = ar.take<float>(s.K);
+  in.v = ar.take<float>(s.V);
+  return in;
+}
 inline void load_token(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int64_t hv, TokenInputs* in) {
   const int64_t h = hv / s.r;
-  in->q.resize(s.K);
-  in->k.resize(s.K);
-  in->v.resize(s.V);
   float qq = 0.f, kk = 0.f;
   for (int64_t i = 0; i < s.K; ++i) {
     in->q[i] = load_f(a.q.data, a.q.dtype, row * a.q.stride[0] + h * s.K + i);
