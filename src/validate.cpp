@@ -43,7 +43,7 @@ Status check_conv_common(Validator& v, const Args& a, int64_t* T, int64_t* D, in
     return v.must("y", "x itself (same data and row stride: an in-place convolution) or memory that does not overlap x",
                   a.y);
   }
-  return Status::Ok();
+  return validate_detail::disjoint(v, {{"conv_state", &a.conv_state}, {"y", &a.y}});
 }
 
 Status check_conv_rows(const Validator& v, const TensorView& conv_state, int64_t need, const std::string& why) {
@@ -142,7 +142,8 @@ Status check_gated_delta_rule(const char* op, const GatedDeltaRuleArgs& a, bool 
   }
   GDN_RETURN_IF_ERROR(v.tensor("query_start_loc", a.query_start_loc, index_dtype(), {{"n+1", n + 1}}));
   GDN_RETURN_IF_ERROR(v.tensor("has_initial_state", a.has_initial_state, bool_dtype(), {{"n", n}}, Presence::kOptional));
-  return v.tensor("o", a.o, like_q, {{"T", T}, {"HV", HV}, {"V", V}});
+  GDN_RETURN_IF_ERROR(v.tensor("o", a.o, like_q, {{"T", T}, {"HV", HV}, {"V", V}}));
+  return validate_detail::disjoint(v, {{"ssm_state", &a.ssm_state}, {"o", &a.o}});
 }
 
 }  // namespace

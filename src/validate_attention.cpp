@@ -181,6 +181,10 @@ Status validate(const GdnAttentionArgs& a) {
                                {{"num_slots of conv_state", num_slots}, {"HV/tp", HV}, {"V", V}, {"K", K}}));
   GDN_RETURN_IF_ERROR(v.tensor("A_log", a.A_log, any_float_dtype(), {{"HV/tp", HV}}));
   GDN_RETURN_IF_ERROR(v.tensor("dt_bias", a.dt_bias, any_float_dtype(), {{"HV/tp", HV}}));
+  GDN_RETURN_IF_ERROR(validate_detail::disjoint(v, {{"core_attn_out", &a.core_attn_out},
+                                                   {"z", &a.z},
+                                                   {"conv_state", &a.conv_state},
+                                                   {"ssm_state", &a.ssm_state}}));
 
   const int64_t n_ns = a.num_prefills + a.num_decodes, n_spec = a.num_spec_decodes;
   int64_t cols = 1;

@@ -210,6 +210,15 @@ bool overlaps(const TensorView& a, const TensorView& b) {
   return a0 < b1 && b0 < a1;
 }
 
+Status disjoint(const Validator& v, std::initializer_list<std::pair<const char*, const TensorView*>> written) {
+  for (auto j = written.begin(); j != written.end(); ++j)
+    for (auto i = written.begin(); i != j; ++i)
+      if (overlaps(*i->second, *j->second))
+        return v.must(j->first, std::string("memory that does not overlap ") + i->first + " (tensors the op writes)",
+                      *j->second);
+  return Status::Ok();
+}
+
 bool mul_add(int64_t a, int64_t b, int64_t c, int64_t* out) {
   int64_t p = 0;
   return !__builtin_mul_overflow(a, b, &p) && !__builtin_add_overflow(p, c, out);

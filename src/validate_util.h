@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "gdn/ops.h"
 
@@ -99,6 +100,9 @@ Status check_slots_pair(Validator& v, const TensorView& state_indices, const Ten
 
 // Whether the bytes two views span (from their data pointers to their last elements) intersect.
 bool overlaps(const TensorView& a, const TensorView& b);
+// The tensors an op writes must not overlap one another (docs/contract.md §5): the first pair that
+// does, as an error naming both; Ok if none.
+Status disjoint(const Validator& v, std::initializer_list<std::pair<const char*, const TensorView*>> written);
 
 // a * b + c in int64, false on overflow.
 bool mul_add(int64_t a, int64_t b, int64_t c, int64_t* out);

@@ -33,6 +33,18 @@ from . import ops
 __all__ = ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"]
 
 
+def _rows(x: Tensor, *shape: int) -> Tensor:
+    """x as ``shape`` with every dim but the first dense (what the ops take): a view where the memory
+    allows it, else a copy (FLA makes its inputs contiguous, so any strides are accepted)."""
+    x = x.reshape(shape)
+    want = 1
+    for d in range(x.dim() - 1, 0, -1):
+        if x.shape[d] != 1 and x.stride(d) != want:
+            return x.contiguous()
+        want *= x.shape[d]
+    return x if x.shape[0] <= 1 or x.stride(0) >= want else x.contiguous()  # rows must not overlap
+
+
 def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
          use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
          cu_seqlens) -> Tuple[Tensor, Optional[Tensor]]:
@@ -58,22 +70,22 @@ def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, us
         N = qsl.shape[0] - 1
     else:
         N = B
-        qsl = torch.arange(0, (B + 1) * T, T, device=q.device, dtype=torch.int64)
+        qsl = torch.arange(B + 1, device=q.device, dtype=torch.int64) * T
     state_shape = (N, HV, V, K) if state_v_first else (N, HV, K, V)
     if initial_state is not None:
         if tuple(initial_state.shape) != state_shape:
             raise ValueError(f"initial_state must be {list(state_shape)}, got {list(initial_state.shape)}")
-        state = initial_state.to(device=q.device, dtype=torch.float32).clone()
+        state = initial_state.to(device=q.device, dtype=torch.float32).clone(memory_format=torch.contiguous_format)
     else:
         state = torch.zeros(state_shape, device=q.device, dtype=torch.float32)
 
     def gate(x):  # [B, T, HV] -> [B T, HV] in the dtype of q or float32
-        x = x.reshape(B * T, HV)
+        x = _rows(x, B * T, HV)
         return x if x.dtype in (q.dtype, torch.float32) else x.float()
 
     a = gate(g)
     if allow_neg_eigval:  # beta = 2 sigmoid(logit): given to the op as beta itself
-        b, beta_sigmoid = 2.0 * torch.sigmoid(beta.reshape(B * T, HV).float()), False
+        b, beta_sigmoid = 2.0 * torch.sigmoid(_rows(beta, B * T, HV).float()), False
     else:
         b, beta_sigmoid = gate(beta), use_beta_sigmoid_in_kernel
     if use_gate_in_kernel:
@@ -85,8 +97,8 @@ def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, us
               state_indices=torch.arange(N, device=q.device, dtype=torch.int64), scale=scale,
               state_layout="vk" if state_v_first else "kv", qk_l2norm=use_qk_l2norm_in_kernel,
               beta_sigmoid=beta_sigmoid)
-    qf, kf = q.reshape(B * T, H, K), k.reshape(B * T, H, K)
-    vf = v.reshape(B * T, HV, V).to(q.dtype)
+    qf, kf = _rows(q, B * T, H, K), _rows(k, B * T, H, K)
+    vf = _rows(v.to(q.dtype), B * T, HV, V)
     fn = ops.gated_delta_rule_chunked if chunked else ops.gated_delta_rule_recurrent
     o = fn(qf, kf, vf, a, b, **kw)
     return o.reshape(B, T, HV, V).to(v.dtype), (state if output_final_state else None)

@@ -57,7 +57,7 @@ def _rows(x: Tensor) -> Tensor:
 
 
 def _batch_meta(B: int, T: int, device) -> Tuple[Tensor, Tensor]:
-    qsl = torch.arange(0, (B + 1) * T, T, dtype=torch.int32, device=device)
+    qsl = torch.arange(B + 1, dtype=torch.int32, device=device) * T
     slots = torch.arange(B, dtype=torch.int32, device=device)
     return qsl, slots
 

@@ -166,6 +166,28 @@ def test_failed_call_changes_nothing(conv, attn):
     assert torch.equal(core, torch.full_like(core, 2.0)) and torch.equal(z, torch.full_like(z, 2.0))
 
 
+def test_written_tensors_must_not_overlap(rec, attn):
+    """An output inside a pool (or two outputs in one buffer) is an error naming both, and nothing is
+    written; the same call with separate memory runs."""
+    state = rec.input("ssm_state")
+    T, HV, V = rec.input("v").shape
+    flat = state.view(-1)
+    before = state.clone()
+    raises(lambda: recurrent(rec, ssm_state=state, out=flat[: T * HV * V].view(T, HV, V)),
+           "gated_delta_rule_recurrent", "o must be", "does not overlap ssm_state")
+    assert bit_equal(state, before)
+    recurrent(rec, ssm_state=state, out=torch.empty(T, HV, V, dtype=rec.input("q").dtype))
+
+    rows = attn.expected("core_attn_out").shape[0]
+    both = torch.full((2 * rows, 6, 16), 3.0, dtype=torch.bfloat16)
+    conv_state, ssm_state = attn.input("conv_state"), attn.input("ssm_state")
+    c0, s0 = conv_state.clone(), ssm_state.clone()
+    raises(lambda: attention(attn, conv_state=conv_state, ssm_state=ssm_state, core_attn_out=both[:rows],
+                             z=both[1:rows + 1]), "gdn_attention", "z must be", "does not overlap core_attn_out")
+    assert bit_equal(conv_state, c0) and bit_equal(ssm_state, s0) and torch.equal(both, torch.full_like(both, 3.0))
+    attention(attn, conv_state=conv_state, ssm_state=ssm_state, core_attn_out=both[:rows], z=both[rows:])
+
+
 def test_schema_errors_raise_like_torch(conv):
     """A missing required argument is torch's own error (the schemas are plain TORCH_LIBRARY schemas)."""
     with pytest.raises((RuntimeError, TypeError)):

@@ -149,6 +149,31 @@ def test_fla_defaults_and_flags():
     assert err_ratio(h2, h_all) <= 1e-6
 
 
+@pytest.mark.parametrize("fn", ["chunk", "recurrent"])
+def test_fla_any_strides_and_empty(fn):
+    """Inputs in any memory layout FLA takes (it makes them contiguous): head-major q, k, v, g and
+    beta, q and beta expanded (stride 0), a transposed initial state; the bytes of the same call on
+    contiguous copies. And T = 0 without cu_seqlens: empty outputs, the initial state unchanged."""
+    call = fla.chunk_gated_delta_rule if fn == "chunk" else fla.fused_recurrent_gated_delta_rule
+    B, T, H, HV, K, V = 2, 9, 2, 4, 16, 8
+    torch.manual_seed(7)
+    major = lambda *shape: torch.randn(shape[0], shape[2], shape[1], *shape[3:]).transpose(1, 2)  # noqa: E731
+    args = dict(q=major(B, T, H, K), k=major(B, T, H, K), v=major(B, T, HV, V),
+                g=-torch.rand(B, HV, T).transpose(1, 2), beta=torch.rand(B, T, 1).expand(B, T, HV),
+                initial_state=torch.randn(B, HV, V, K).transpose(-1, -2), output_final_state=True,
+                use_qk_l2norm_in_kernel=True)
+    args["q"] = torch.randn(B, 1, H, K).expand(B, T, H, K)
+    dense = {n: (t.contiguous() if torch.is_tensor(t) else t) for n, t in args.items()}
+    assert not args["q"].is_contiguous() and not args["initial_state"].is_contiguous()
+    o, h = call(**args)
+    o_ref, h_ref = call(**dense)
+    assert torch.equal(o, o_ref) and torch.equal(h, h_ref)
+    h0 = torch.randn(B, HV, K, V)
+    o, h = call(torch.zeros(B, 0, H, K), torch.zeros(B, 0, H, K), torch.zeros(B, 0, HV, V), g=torch.zeros(B, 0, HV),
+                beta=torch.zeros(B, 0, HV), initial_state=h0, output_final_state=True)
+    assert o.shape == (B, 0, HV, V) and torch.equal(h, h0)
+
+
 def test_fla_errors():
     q, k, v, a, blog, A_log, dt_bias, cu = make(2, [8], 2, 4, 16, 8, torch.float32, 6, False)
     with pytest.raises(ValueError, match="batch size is expected to be 1"):

@@ -1,0 +1,77 @@
+// The tensors an op writes must not overlap one another (docs/contract.md §5): an output inside a
+// pool, or two outputs in one buffer, is rejected with a message naming both, and the op entry
+// writes nothing. (Logs: test_prop_deferred.cpp; y against x, where x itself is the in-place
+// convolution: test_prop_inplace.cpp.)
+#include "validation_fixtures.h"
+
+namespace gdn_test {
+namespace {
+
+using gdn::TensorView;
+
+// A view of `shape` over the memory of t, `offset` elements in.
+TensorView inside(const TensorView& t, int64_t offset, std::initializer_list<int64_t> shape) {
+  return gdn::make_view(static_cast<char*>(t.data) + offset * static_cast<int64_t>(gdn::dtype_size(t.dtype)), t.dtype,
+                        shape);
+}
+
+TEST(ValidateOverlap, ConvOutputInsideTheConvPool) {
+  ConvFwdCase f;
+  GDN_ASSERT_VALID(f);
+  f.args.y = inside(f.args.conv_state, 40, {6, 8});
+  expect_rejected(f, {"y", "does not overlap conv_state"});
+  ConvUpdateCase u;
+  GDN_ASSERT_VALID(u);
+  u.args.y = inside(u.args.conv_state, 8, {5, 8});
+  expect_rejected(u, {"y", "does not overlap conv_state"});
+}
+
+TEST(ValidateOverlap, RecurrenceOutputInsideTheStatePool) {
+  for (bool chunked : {false, true}) {
+    GdrCase c(chunked);
+    GDN_ASSERT_VALID(c);
+    c.args.o = inside(c.args.ssm_state, 100, {5, 4, 4});
+    expect_rejected(c, {"o", "does not overlap ssm_state"});
+    GdrCase d(chunked);  // one buffer: the last element of o is the first of the pool
+    const TensorView both = d.pool.make(kF32, {5 * 4 * 4 + 4 * 4 * 4 * 8 - 1});
+    d.args.o = inside(both, 0, {5, 4, 4});
+    d.args.ssm_state = inside(both, 5 * 4 * 4 - 1, {4, 4, 4, 8});
+    expect_rejected(d, {"o", "does not overlap ssm_state"});
+  }
+}
+
+TEST(ValidateOverlap, AttentionOutputsAndPools) {
+  {
+    AttentionCase c;
+    GDN_ASSERT_VALID(c);
+    c.args.z = inside(c.args.core_attn_out, 16, {8, 4, 4});
+    expect_rejected(c, {"z", "does not overlap core_attn_out"});
+  }
+  {
+    AttentionCase c;
+    c.args.core_attn_out = inside(c.args.conv_state, 0, {8, 4, 4});
+    expect_rejected(c, {"conv_state", "does not overlap core_attn_out"});
+  }
+  {
+    AttentionCase c;
+    c.args.z = inside(c.args.ssm_state, 64, {8, 4, 4});
+    expect_rejected(c, {"ssm_state", "does not overlap z"});
+  }
+  {
+    AttentionCase c;  // the two pools in one buffer
+    c.args.ssm_state = inside(c.args.conv_state, 1000, {6, 4, 4, 8});
+    expect_rejected(c, {"ssm_state", "does not overlap conv_state"});
+  }
+}
+
+TEST(ValidateOverlap, NeighboursInOneBufferAreFine) {
+  // Adjacent, not overlapping: o right after the pool's last element.
+  GdrCase c;
+  const TensorView both = c.pool.make(kF32, {4 * 4 * 4 * 8 + 5 * 4 * 4});
+  c.args.ssm_state = inside(both, 0, {4, 4, 4, 8});
+  c.args.o = inside(both, 4 * 4 * 4 * 8, {5, 4, 4});
+  GDN_ASSERT_VALID(c);
+}
+
+}  // namespace
+}  // namespace gdn_test
