@@ -13,6 +13,7 @@ sequences: a group's sequence count is the length of its state-index tensor (the
 sequences are harmless: padded slot, no tokens).
 """
 
+import operator
 from typing import Any, Dict, Optional
 
 import torch
@@ -43,29 +44,43 @@ def _pad_qsl(qsl: torch.Tensor, n: int) -> torch.Tensor:
     return torch.cat([qsl, qsl[-1:].expand(n + 1 - qsl.shape[0])])
 
 
+def _fail(msg: str):
+    raise ValueError(f"attention_args_from_vllm_metadata: {msg}")
+
+
+def _rows_at_least(what: str, t: torch.Tensor, rows: int, of: str) -> None:
+    """t has dims and at least ``rows`` rows (the real sequences' entries)."""
+    if t.dim() == 0:
+        _fail(f"{what} must have a sequence dimension, got a 0-dim tensor")
+    if t.shape[0] < rows:
+        _fail(f"{what} has {t.shape[0]} entries, fewer than {rows} for {of}")
+
+
 def _group(name, count, state, qsl, pad_to, pad_slot_id):
-    """Sequence count of one group (padded sequences included) and its sliced/padded tensors."""
+    """Sequence count of one group (padded sequences included) and its sliced/padded tensors. Without
+    pad_to the count is the state-index tensor's rows; with it, pad_to (the real sequences' entries
+    are checked before anything is padded)."""
     if state is None or qsl is None:
         if count > 0:
             missing = f"{name}_state_indices_tensor" if state is None else f"{name}_query_start_loc"
-            raise ValueError(f"attention_args_from_vllm_metadata: {count} {name} sequences but {missing} is None")
+            _fail(f"{count} {name} sequences but {missing} is None")
         return 0, None, None
-    n = state.shape[0]
-    if pad_to is not None and pad_to > n:
-        state = _pad_rows(state, pad_to, pad_slot_id)
-        n = pad_to
-    qsl = _pad_qsl(qsl, n) if pad_to is not None else qsl
-    if n < count:
-        raise ValueError(
-            f"attention_args_from_vllm_metadata: {name}_state_indices_tensor has {n} rows, fewer than the "
-            f"{count} {name} sequences"
-        )
-    if qsl.shape[0] < n + 1:
-        raise ValueError(
-            f"attention_args_from_vllm_metadata: {name}_query_start_loc has {qsl.shape[0]} entries, "
-            f"fewer than {n + 1} for {n} sequences"
-        )
-    return n, state, qsl[: n + 1]
+    _rows_at_least(f"{name}_state_indices_tensor", state, count, f"the {count} {name} sequences")
+    _rows_at_least(f"{name}_query_start_loc", qsl, count + 1, f"the {count} {name} sequences")
+    if pad_to is None:
+        n = state.shape[0]
+        _rows_at_least(f"{name}_query_start_loc", qsl, n + 1, f"the {n} sequences of {name}_state_indices_tensor")
+        return n, state, qsl[: n + 1]
+    n = pad_to
+    state = _pad_rows(state[:n], n, pad_slot_id)
+    return n, state, _pad_qsl(qsl[: n + 1], n)
+
+
+def _padded(what: str, t: torch.Tensor, real: int, n: int, value, pad: bool) -> torch.Tensor:
+    """A per-sequence tensor for n sequences: at least ``real`` entries given (``n`` without padding),
+    padded with ``value`` up to n when ``pad``."""
+    _rows_at_least(what, t, real if pad else n, f"the {real if pad else n} sequences")
+    return _pad_rows(t[:n], n, value) if pad else t[:n]
 
 
 def attention_args_from_vllm_metadata(
@@ -78,10 +93,11 @@ def attention_args_from_vllm_metadata(
             doc). Tensors are used as they are (int32 or int64, strided rows of a block table
             included); nothing is copied unless ``pad_to`` asks for padding.
         pad_to: pad each present sequence group (non-speculative, speculative) to this many
-            sequences, as vLLM does for a full CUDA graph: slots ``pad_slot_id``, query start
-            locations repeating the last value, ``num_accepted_tokens`` 1, ``has_initial_state``
-            False. This makes new tensors: for a graph, pad the graph's own static buffers instead
-            (as vLLM does) and pass metadata that is already padded.
+            sequences (at least each group's count), as vLLM does for a full CUDA graph: slots
+            ``pad_slot_id``, query start locations repeating the last real value,
+            ``num_accepted_tokens`` 1, ``has_initial_state`` False, after the real sequences'
+            entries (which must be there). This makes new tensors: for a graph, pad the graph's own
+            static buffers instead (as vLLM does) and pass metadata that is already padded.
         pad_slot_id: the slot id of padding sequences (vLLM's PAD_SLOT_ID, -1).
 
     Returns:
@@ -94,16 +110,29 @@ def attention_args_from_vllm_metadata(
         are counted as decodes.
 
     Raises:
-        ValueError: a count that the tensors cannot describe (a missing tensor, too few rows).
+        ValueError: a count that the tensors cannot describe (a missing tensor, too few rows), or a
+            pad_to below a group's count.
     """
     num_prefills = int(_get(meta, "num_prefills") or 0)
     num_decodes = int(_get(meta, "num_decodes") or 0)
     num_spec = int(_get(meta, "num_spec_decodes") or 0)
     num_actual_tokens = int(_get(meta, "num_actual_tokens") or 0)
+    n_ns_real = num_prefills + num_decodes
+    if pad_to is not None:
+        given = pad_to
+        try:
+            if isinstance(given, bool):
+                raise TypeError
+            pad_to = operator.index(given)
+        except TypeError:
+            _fail(f"pad_to must be an integer or None, got {given!r}")
+        if pad_to < max(n_ns_real, num_spec):
+            _fail(f"pad_to ({pad_to}) must be at least each group's sequence count "
+                  f"({n_ns_real} non_spec, {num_spec} spec)")
 
     n_ns, ns_state, ns_qsl = _group(
-        "non_spec", num_prefills + num_decodes, _get(meta, "non_spec_state_indices_tensor"),
-        _get(meta, "non_spec_query_start_loc"), pad_to if num_prefills + num_decodes > 0 else None, pad_slot_id,
+        "non_spec", n_ns_real, _get(meta, "non_spec_state_indices_tensor"), _get(meta, "non_spec_query_start_loc"),
+        pad_to if n_ns_real > 0 else None, pad_slot_id,
     )
     n_sp, sp_state, sp_qsl = _group(
         "spec", num_spec, _get(meta, "spec_state_indices_tensor"), _get(meta, "spec_query_start_loc"),
@@ -112,28 +141,16 @@ def attention_args_from_vllm_metadata(
 
     has_initial_state = _get(meta, "has_initial_state") if n_ns > 0 else None
     if has_initial_state is not None:
-        if has_initial_state.shape[0] < n_ns:
-            if pad_to is None:
-                raise ValueError(
-                    f"attention_args_from_vllm_metadata: has_initial_state has {has_initial_state.shape[0]} "
-                    f"entries, fewer than the {n_ns} non_spec sequences"
-                )
-            has_initial_state = _pad_rows(has_initial_state, n_ns, False)
-        has_initial_state = has_initial_state[:n_ns]
+        has_initial_state = _padded("has_initial_state", has_initial_state, n_ns_real, n_ns, False,
+                                    pad_to is not None)
 
     num_accepted_tokens = None
     if n_sp > 0:
         num_accepted_tokens = _get(meta, "num_accepted_tokens")
         if num_accepted_tokens is None:
-            raise ValueError("attention_args_from_vllm_metadata: spec sequences but num_accepted_tokens is None")
-        if pad_to is not None:
-            num_accepted_tokens = _pad_rows(num_accepted_tokens, n_sp, 1)
-        if num_accepted_tokens.shape[0] < n_sp:
-            raise ValueError(
-                f"attention_args_from_vllm_metadata: num_accepted_tokens has {num_accepted_tokens.shape[0]} "
-                f"entries, fewer than the {n_sp} spec sequences"
-            )
-        num_accepted_tokens = num_accepted_tokens[:n_sp]
+            _fail("spec sequences but num_accepted_tokens is None")
+        num_accepted_tokens = _padded("num_accepted_tokens", num_accepted_tokens, num_spec, n_sp, 1,
+                                      pad_to is not None)
 
     return {
         "num_prefills": num_prefills if n_ns > 0 else 0,

@@ -132,3 +132,35 @@ def test_inconsistent_metadata_raises():
     meta.num_accepted_tokens = None
     with pytest.raises(ValueError, match="num_accepted_tokens"):
         attention_args_from_vllm_metadata(meta)
+
+
+@pytest.mark.parametrize("pad_to", [None, 9])
+@pytest.mark.parametrize("field,keep", [("has_initial_state", 1), ("num_accepted_tokens", 1),
+                                        ("non_spec_query_start_loc", 2), ("spec_query_start_loc", 3),
+                                        ("spec_state_indices_tensor", 2)])
+def test_metadata_short_for_the_real_sequences_raises(field, keep, pad_to):
+    """A tensor with fewer entries than the real sequences need is an error, with or without pad_to
+    (padding is for sequences past the real count, never in place of real entries)."""
+    meta = vllm_metadata(as_kwargs(attention_args("attention_mixed_interleaved")))
+    setattr(meta, field, getattr(meta, field)[:keep])
+    with pytest.raises(ValueError, match=field):
+        attention_args_from_vllm_metadata(meta, pad_to=pad_to)
+
+
+def test_bad_pad_to_and_shapes_raise():
+    kw = as_kwargs(attention_args("attention_mixed_interleaved"))
+    for bad in (1, 0, -3):  # below the group's counts (3 non_spec, 3 spec)
+        with pytest.raises(ValueError, match="pad_to"):
+            attention_args_from_vllm_metadata(vllm_metadata(kw), pad_to=bad)
+    for bad in (True, 9.0, "9"):
+        with pytest.raises(ValueError, match="pad_to must be an integer"):
+            attention_args_from_vllm_metadata(vllm_metadata(kw), pad_to=bad)
+    meta = vllm_metadata(kw)
+    meta.non_spec_state_indices_tensor = meta.non_spec_state_indices_tensor[0]  # 0-dim
+    with pytest.raises(ValueError, match="0-dim"):
+        attention_args_from_vllm_metadata(meta)
+    meta = vllm_metadata(kw)
+    meta.non_spec_query_start_loc = meta.non_spec_query_start_loc[:0]
+    with pytest.raises(ValueError, match="non_spec_query_start_loc has 0 entries"):
+        attention_args_from_vllm_metadata(meta, pad_to=9)
+    assert attention_args_from_vllm_metadata(vllm_metadata(kw), pad_to=3)["num_spec_decodes"] == 3
