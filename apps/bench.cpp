@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "commands.h"
 #include "forced_path.h"
 #include "gdn/ops.h"
@@ -239,7 +240,15 @@ int cmd_bench(int argc, char** argv) {
     else if (a == "--t") ts = next();
     else if (a == "--state") states = next();
     else if (a == "--ops") ops = next();
-    else if (a == "--replays") replays = std::max(20, std::atoi(next().c_str()));
+    else if (a == "--replays") {
+      const std::string v = next();
+      int64_t r = 0;
+      if (!parse_int(v, 20, 1 << 20, &r)) {
+        std::fprintf(stderr, "gdn bench: --replays needs an integer in [20, 1048576], got '%s'\n", v.c_str());
+        return 2;
+      }
+      replays = static_cast<int>(r);
+    }
     else if (a == "--out") out = next();
     else if (a == "--path") path = next();
     else if (a == "--shapes") shapes = next();
@@ -259,6 +268,39 @@ int cmd_bench(int argc, char** argv) {
                                        "attention_prefill", "deferred",        "attention_deferred"};
     if (std::none_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return op == o; })) {
       std::fprintf(stderr, "gdn bench: unknown op %s (gdn bench --help lists them)\n", op.c_str());
+      return 2;
+    }
+  }
+  // The lists of numbers, each in its range, and the state dtypes.
+  auto ints = [](const std::string& list, int64_t lo, int64_t hi, const char* flag, std::vector<int64_t>* out) {
+    for (const auto& x : split(list)) {
+      int64_t v = 0;
+      if (!parse_int(x, lo, hi, &v)) {
+        std::fprintf(stderr, "gdn bench: %s needs integers in [%lld, %lld], got '%s'\n", flag, static_cast<long long>(lo),
+                     static_cast<long long>(hi), x.c_str());
+        return false;
+      }
+      out->push_back(v);
+    }
+    return true;
+  };
+  std::vector<int64_t> n_list, t_list, tree_list;
+  if (!ints(ns, 1, 1 << 16, "--n", &n_list) || !ints(ts, 1, 64, "--t", &t_list) || !ints(trees, 1, 64, "--tree", &tree_list))
+    return 2;
+  std::vector<std::pair<int64_t, int64_t>> shape_list;
+  for (const auto& sh : split(shapes)) {
+    const size_t x = sh.find('x');
+    int64_t n = 0, t = 0;
+    if (x == std::string::npos || !parse_int(sh.substr(0, x), 1, 1 << 16, &n) ||
+        !parse_int(sh.substr(x + 1), 1, int64_t{1} << 24, &t)) {
+      std::fprintf(stderr, "gdn bench: --shapes needs NxT with N in [1, 65536] and T in [1, 2^24], got '%s'\n", sh.c_str());
+      return 2;
+    }
+    shape_list.emplace_back(n, t);
+  }
+  for (const auto& st : split(states)) {
+    if (st != "f32" && st != "bf16") {
+      std::fprintf(stderr, "gdn bench: --state takes f32 and bf16, got '%s'\n", st.c_str());
       return 2;
     }
   }
@@ -290,19 +332,14 @@ int cmd_bench(int argc, char** argv) {
       for (const auto& st : split(states)) {
         const DType sd = st == "bf16" ? DType::kBFloat16 : DType::kFloat32;
         if (op == "chunked" || op == "attention_prefill") {  // N x T prefill shapes
-          for (const auto& sh : split(shapes)) {
-            const size_t x = sh.find('x');
-            if (x == std::string::npos) { std::fprintf(stderr, "gdn bench: shape %s is not NxT\n", sh.c_str()); return 2; }
-            cases.push_back(Case{m, std::atoll(sh.substr(0, x).c_str()), std::atoll(sh.substr(x + 1).c_str()), sd, op});
-          }
+          for (const auto& [n, t] : shape_list) cases.push_back(Case{m, n, t, sd, op});
           continue;
         }
-        for (const auto& t : split(ts))
-          for (const auto& n : split(ns)) cases.push_back(Case{m, std::atoll(n.c_str()), std::atoll(t.c_str()), sd, op});
+        for (int64_t t : t_list)
+          for (int64_t n : n_list) cases.push_back(Case{m, n, t, sd, op});
         if (op == "deferred")  // and its trees
-          for (const auto& t : split(trees))
-            for (const auto& n : split(ns))
-              cases.push_back(Case{m, std::atoll(n.c_str()), std::atoll(t.c_str()), sd, "deferred_tree"});
+          for (int64_t t : tree_list)
+            for (int64_t n : n_list) cases.push_back(Case{m, n, t, sd, "deferred_tree"});
       }
     }
   size_t arena_bytes = 0;

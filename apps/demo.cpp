@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <type_traits>
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "commands.h"
 #include "demo/report.h"
 #include "demo/run.h"
@@ -67,21 +69,17 @@ void usage(FILE* f) {
       "                        lossless check fail (exit 1)\n");
 }
 
-bool parse_int(const std::string& s, int64_t* out) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end) return false;
-  *out = v;
-  return true;
-}
+constexpr int64_t kIntMin = std::numeric_limits<int>::min(), kIntMax = std::numeric_limits<int>::max();
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 
 bool parse_range(const std::string& s, int* lo, int* hi) {
   const size_t colon = s.find(':');
   int64_t a = 0, b = 0;
   if (colon == std::string::npos) {
-    if (!parse_int(s, &a)) return false;
+    if (!parse_int(s, kIntMin, kIntMax, &a)) return false;
     b = a;
-  } else if (!parse_int(s.substr(0, colon), &a) || !parse_int(s.substr(colon + 1), &b)) {
+  } else if (!parse_int(s.substr(0, colon), kIntMin, kIntMax, &a) ||
+             !parse_int(s.substr(colon + 1), kIntMin, kIntMax, &b)) {
     return false;
   }
   *lo = static_cast<int>(a);
@@ -108,7 +106,8 @@ int cmd_demo(int argc, char** argv) {
       return 0;
     }
     if (args[i] == "--short") cfg = demo::short_demo_config();
-    if (args[i] == "--preset" && i + 1 < args.size()) {
+    if (args[i] == "--preset" && i + 1 == args.size()) return fail("--preset needs a value");
+    if (args[i] == "--preset") {
       cfg.preset = args[i + 1];
       const Status s = demo::apply_preset(&cfg);
       if (!s.ok()) return fail(s.message());
@@ -132,9 +131,12 @@ int cmd_demo(int argc, char** argv) {
     };
     std::string v;
     int64_t n = 0;
-    auto int_flag = [&](const char* name, auto* field) -> int {
+    auto int_flag = [&](const char* name, auto* field) -> int {  // an integer of the field's type
       if (a != name) return 0;
-      if (!value(&v) || !parse_int(v, &n)) return -1;
+      using T = std::remove_pointer_t<decltype(field)>;
+      const bool narrow = std::is_same_v<T, int>;
+      const int64_t lo = narrow ? kIntMin : std::is_signed_v<T> ? std::numeric_limits<int64_t>::min() : 0;
+      if (!value(&v) || !parse_int(v, lo, narrow ? kIntMax : kI64Max, &n)) return -1;
       *field = static_cast<std::remove_pointer_t<decltype(field)>>(n);
       return 1;
     };
@@ -154,7 +156,7 @@ int cmd_demo(int argc, char** argv) {
       if (!r) r = int_flag(name, field);
     }
     if (!r) r = int_flag("--seed", &cfg.seed);
-    if (r < 0) return fail(a + " needs an integer, got '" + v + "'");
+    if (r < 0) return fail(a + " needs an integer in its type's range, got '" + v + "'");
     if (r > 0) continue;
     if (a == "--short" || a == "--preset") {
       if (a == "--preset") ++i;
@@ -171,10 +173,9 @@ int cmd_demo(int argc, char** argv) {
         if (!s.ok()) return fail(s.message());
       }
     } else if (a == "--draft-noise" || a == "--corrupt") {
-      char* end = nullptr;
       if (!value(&v)) return fail(a + " needs a number");
-      const double d = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end) return fail(a + " needs a number, got '" + v + "'");
+      double d = 0;
+      if (!parse_number(v, -1e300, 1e300, &d)) return fail(a + " needs a finite number, got '" + v + "'");
       (a == "--draft-noise" ? cfg.draft_noise : cfg.corrupt) = d;
     } else if (a == "--prompt-len" || a == "--gen-len" || a == "--ngram") {
       int lo = 0, hi = 0;

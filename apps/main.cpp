@@ -1,6 +1,8 @@
 // gdn — command-line tool: replay captured cases, run the demo engine, benchmark.
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 
 #include "commands.h"
 
@@ -12,9 +14,8 @@ void usage() {
                "  demo [--help]                     speculative-decoding engine in miniature\n"
                "  bench [--help]                    GPU benchmark (CUDA builds)\n");
 }
-}  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage();
     return argc < 2 ? 2 : 0;
@@ -25,5 +26,19 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "bench")) return gdn::cli::cmd_bench(argc - 1, argv + 1);
   std::fprintf(stderr, "gdn: unknown command '%s'\n", cmd);
   usage();
+  return 2;
+}
+}  // namespace
+
+// The commands report their errors themselves; what escapes them (out of memory, a thread that
+// cannot start) ends the tool with one line, not an abort.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "gdn: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gdn: %s\n", e.what());
+  }
   return 2;
 }

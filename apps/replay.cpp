@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "args.h"
 #include "capture/case.h"
 #include "commands.h"
 
@@ -45,6 +46,9 @@ std::string describe_output(const capture::OutputCheck& o) {
 
 }  // namespace
 
+// Extra elements between pool slots at most (a strided pool's padding, not its size).
+constexpr int64_t kMaxPoolPad = int64_t{1} << 20;
+
 int cmd_replay(int argc, char** argv) {
   std::string dir, backend_name = "cpu";
   capture::RunOptions options;
@@ -62,9 +66,18 @@ int cmd_replay(int argc, char** argv) {
     } else if (const char* v = value("--backend")) {
       backend_name = v;
     } else if (const char* v = value("--fill")) {
-      options.fill = std::strtod(v, nullptr);
+      char* end = nullptr;
+      options.fill = std::strtod(v, &end);  // any double, nan and inf included
+      if (!*v || *end) {
+        std::fprintf(stderr, "gdn replay: --fill needs a number, got '%s'\n", v);
+        return 2;
+      }
     } else if (const char* v = value("--pool-pad")) {
-      options.pool_slot_pad = std::strtoll(v, nullptr, 10);
+      if (!parse_int(v, 0, kMaxPoolPad, &options.pool_slot_pad)) {
+        std::fprintf(stderr, "gdn replay: --pool-pad needs an integer in [0, %lld], got '%s'\n",
+                     static_cast<long long>(kMaxPoolPad), v);
+        return 2;
+      }
     } else if (a.rfind("--", 0) != 0 && dir.empty()) {
       dir = a;
     } else {
@@ -87,10 +100,6 @@ int cmd_replay(int argc, char** argv) {
     std::fprintf(stderr,
                  "gdn replay: backend '%s' is not available (not built, or no device found)\n",
                  backend_name.c_str());
-    return 2;
-  }
-  if (options.pool_slot_pad < 0) {
-    std::fprintf(stderr, "gdn replay: --pool-pad must be >= 0\n");
     return 2;
   }
   const std::vector<std::string> files = capture::list_case_files(dir);
@@ -118,7 +127,7 @@ int cmd_replay(int argc, char** argv) {
     std::string outs;
     for (const capture::OutputCheck& o : r.outputs) outs += (outs.empty() ? "" : ", ") + describe_output(o);
     std::printf("%-34s %-27s %-7s %-5s %9.3f  %s\n", r.name.c_str(), r.op.c_str(),
-                capture::backend_name(r.backend), pass ? "pass" : "FAIL", r.ms, outs.c_str());
+                capture::backend_name(r.backend).c_str(), pass ? "pass" : "FAIL", r.ms, outs.c_str());
     if (!r.status.ok()) std::printf("    error: %s\n", r.status.message().c_str());
     for (const capture::OutputCheck& o : r.outputs)
       if (!o.pass) std::printf("    %s: %s\n", o.name.c_str(), o.detail.c_str());

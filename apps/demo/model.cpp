@@ -1,6 +1,7 @@
 // Demo model configuration, seeded weights, draft perturbation and safetensors I/O.
 #include "demo/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -128,6 +129,20 @@ Status ModelConfig::validate() const {
     return Status::Error("demo model: conv_width must be in [2, 5], got " + str(conv_width));
   }
   if (vocab > (int64_t{1} << 30)) return Status::Error("demo model: vocab must be < 2^30, got " + str(vocab));
+  // Bounded, so that a typo is an error instead of an allocation that fails: each size but the
+  // vocabulary, and the weights (float32) at most 2^31 values.
+  for (const auto& p : pos) {
+    if (p.v > (int64_t{1} << 16) && std::strcmp(p.name, "vocab") != 0)
+      return Status::Error(std::string("demo model: ") + p.name + " must be <= 65536, got " + str(p.v));
+  }
+  const double per_layer = static_cast<double>(hidden) * static_cast<double>(qkvz_dim() + ba_dim() + value_dim()) +
+                           static_cast<double>(conv_dim()) * static_cast<double>(conv_width);
+  const double params =
+      2.0 * static_cast<double>(vocab) * static_cast<double>(hidden) + static_cast<double>(layers) * per_layer;
+  if (params > 2147483648.0) {
+    return Status::Error("demo model: at most 2^31 weights (vocab, hidden, layers, heads), got about " +
+                         str(static_cast<int64_t>(std::min(params, 9e18) / 1e6)) + " million");
+  }
   return Status::Ok();
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <tuple>
 
 #include "demo/math.h"
 
@@ -50,7 +51,6 @@ Status check_config(const DemoConfig& c) {
   if (c.proposer != "draft" && c.proposer != "ngram" && c.proposer != "mixed" && c.proposer != "none") {
     return Status::Error("--proposer must be draft, ngram, mixed or none, got '" + c.proposer + "'");
   }
-  if (c.requests < 1) return Status::Error("--requests must be >= 1, got " + str(c.requests));
   if (c.prompt_min < 1 || c.prompt_max < c.prompt_min) {
     return Status::Error("--prompt-len needs 1 <= min <= max, got " + str(c.prompt_min) + ".." + str(c.prompt_max));
   }
@@ -60,13 +60,26 @@ Status check_config(const DemoConfig& c) {
   if (c.num_spec < 0 || c.num_spec > 16) return Status::Error("--num-spec must be in [0, 16], got " + str(c.num_spec));
   if (c.corrupt < 0 || c.corrupt > 1) return Status::Error("--corrupt must be in [0, 1], got " + std::to_string(c.corrupt));
   if (c.draft_noise < 0) return Status::Error("--draft-noise must be >= 0, got " + std::to_string(c.draft_noise));
-  if (c.arrival_gap < 0) return Status::Error("--arrival-gap must be >= 0, got " + str(c.arrival_gap));
   if (c.tree < 0 || c.tree > 64) return Status::Error("--tree must be in [0, 64], got " + str(c.tree));
   if (c.tree_branch < 1 || c.tree_branch > 8) {
     return Status::Error("--tree-branch must be in [1, 8], got " + str(c.tree_branch));
   }
   if (c.tree_levels < 0 || c.tree_levels > 16) {
     return Status::Error("--tree-levels must be in [0, 16], got " + str(c.tree_levels));
+  }
+  // Sizes the engine allocates by (requests, pools, batches, threads): bounded, so that a typo
+  // is an error instead of an allocation that fails.
+  for (const auto& [name, v, lo, hi] : {std::tuple<const char*, int, int, int>{"--requests", c.requests, 1, 1 << 20},
+                                        {"--max-running", c.max_running, 1, 1 << 12},
+                                        {"--token-budget", c.token_budget, 1, 1 << 20},
+                                        {"--prefill-chunk", c.prefill_chunk, 1, 1 << 20},
+                                        {"--prompt-len max", c.prompt_max, 1, 1 << 20},
+                                        {"--gen-len max", c.gen_max, 1, 1 << 20},
+                                        {"--arrival-gap", c.arrival_gap, 0, 1 << 20},
+                                        {"--threads", c.threads, 0, 256}}) {
+    if (v < lo || v > hi) {
+      return Status::Error(std::string(name) + " must be in [" + str(lo) + ", " + str(hi) + "], got " + str(v));
+    }
   }
   if (c.tree > 0 && !c.deferred) {
     return Status::Error("--tree needs --deferred (token trees are a deferred-commit mode)");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -248,9 +249,16 @@ Status parse_safetensors(const uint8_t* data, size_t size, const std::string& wh
 }
 
 Status read_safetensors(const std::string& path, SafetensorsFile* out) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Status::Error("'" + path + "' is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::Error("cannot open '" + path + "'");
-  std::vector<uint8_t> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> buf;
+  try {  // a read error (the stream buffer throws) or an allocation failure
+    buf.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    return Status::Error("error reading '" + path + "': " + e.what());
+  }
   if (in.bad()) return Status::Error("error reading '" + path + "'");
   return parse_safetensors(buf.data(), buf.size(), path, out);
 }
