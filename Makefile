@@ -3,11 +3,13 @@
 # make test-python — build the torch extension in $(BUILD) and run python/tests (pytest).
 # make test-cpu-only — the CPU-only configuration (GDN_ENABLE_CUDA=OFF, no CUDA headers needed) in
 #   $(BUILD)-cpu: builds everything and runs the C++ tests (CI runs it after make test).
+# make test-sanitize — the CPU-only configuration under AddressSanitizer and UndefinedBehaviorSanitizer
+#   in $(BUILD)-asan: every C++ test (CI runs it last).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test test-python test-cpu-only demo clean
+.PHONY: deps configure build test test-python test-cpu-only test-sanitize demo clean
 
 deps:
 	@./scripts/install_deps.sh
@@ -38,8 +40,16 @@ test-cpu-only: deps
 	cmake --build $(BUILD)-cpu -j $(JOBS)
 	ctest --test-dir $(BUILD)-cpu --output-on-failure -j $(JOBS)
 
+SANITIZE = -fsanitize=address,undefined
+test-sanitize: deps
+	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDN_ENABLE_CUDA=OFF \
+	  -DCMAKE_CXX_FLAGS="$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  -DCMAKE_EXE_LINKER_FLAGS="$(SANITIZE)" -DCMAKE_SHARED_LINKER_FLAGS="$(SANITIZE)" $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	ctest --test-dir $(BUILD)-asan --output-on-failure -j $(JOBS)
+
 demo: build
 	$(BUILD)/bin/gdn demo $(DEMO_ARGS)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-cpu
+	rm -rf $(BUILD) $(BUILD)-cpu $(BUILD)-asan
