@@ -34,6 +34,7 @@ Status check_conv_common(Validator& v, const Args& a, int64_t* T, int64_t* D, in
   GDN_RETURN_IF_ERROR(v.conv_width("weight", a.weight));
   *W = a.weight.shape[1];
   GDN_RETURN_IF_ERROR(v.tensor("bias", a.bias, like_x, {{"D", *D}}, Presence::kOptional));
+  GDN_RETURN_IF_ERROR(validate_detail::contiguous_vector(v, "bias", a.bias));
   GDN_RETURN_IF_ERROR(
       v.tensor("conv_state", a.conv_state, like_x, {{"num_slots", kAnySize}, {"rows", kAnySize}, {"D", *D}}));
   GDN_RETURN_IF_ERROR(v.tensor("y", a.y, like_x, {{"T", *T}, {"D", *D}}));

@@ -174,6 +174,7 @@ Status validate(const GdnAttentionArgs& a) {
   GDN_RETURN_IF_ERROR(v.conv_width("conv_weights", a.conv_weights));
   const int64_t W = a.conv_weights.shape[1];
   GDN_RETURN_IF_ERROR(v.tensor("conv_bias", a.conv_bias, like, {{"D", D}}, Presence::kOptional));
+  GDN_RETURN_IF_ERROR(validate_detail::contiguous_vector(v, "conv_bias", a.conv_bias));
   GDN_RETURN_IF_ERROR(
       v.tensor("conv_state", a.conv_state, like, {{"num_slots", kAnySize}, {"rows", kAnySize}, {"D", D}}));
   const int64_t num_slots = a.conv_state.shape[0];

@@ -3,9 +3,12 @@
 // clamp or treat as padding:
 //   1. query_start_loc[i] outside [0, limit] or decreasing (limit: rows of x / q; for
 //      gdn_attention the token_indx length when given, else num_actual_tokens);
-//   2. a slot >= num_slots (a negative slot or null_block_id is padding, not a violation);
+//   2. a slot >= num_slots (a negative slot or null_block_id is padding, not a violation); in the
+//      deferred-commit mode only column 0 (the columns past it are never read);
 //   3. for a verify sequence that is not padding: num_accepted_tokens[i] outside [1, cols], then
-//      T_i > cols;
+//      (where the slot of column a_i - 1 is usable too) T_i > cols; in the deferred-commit mode, a
+//      replay count outside [0, log_cols] of a sequence that is not padding and has an initial
+//      state (the count is ignored otherwise);
 //   4. a remap index (gdn_attention token_indx) outside [0, num_actual_tokens).
 // The index tensors must be on the CPU; the other tensors may live anywhere (only their shapes
 // are used), so an engine can check a host copy of its metadata against device buffers.
@@ -63,6 +66,9 @@ struct Group {
   int64_t num_actual_tokens;  // remap bound
   std::optional<int64_t> null_block_id;
   int64_t replay_cols = 0;  // deferred commit: nat holds replay counts in [0, replay_cols] (log_cols)
+  bool deferred = false;    // deferred commit: one slot per sequence (column 0)
+  TensorView has_init;      // deferred commit: a sequence without an initial state replays nothing
+  const char* nat_name = "num_accepted_tokens";
 };
 
 bool is_padding_slot(int64_t s, const std::optional<int64_t>& null_id) { return s < 0 || (null_id && s == *null_id); }
@@ -83,20 +89,21 @@ Status check_group(const Validator& v, const Group& g) {
     }
   }
   for (int64_t i = 0; i < n; ++i) {
-    for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t c = 0; c < (g.deferred ? 1 : cols); ++c) {
       const int64_t s = read_index(g.slots, i, c);
       if (is_padding_slot(s, g.null_block_id) || s < g.num_slots) continue;
       return v.fail(element(g.slots_name, g.slots, i, c) + " = " + str(s) + " is outside [0, " + str(g.num_slots) +
                     ") (the slots of " + g.pool_what + "; negative slots mark padding)");
     }
   }
-  if (g.nat.present() && g.replay_cols > 0) {  // deferred commit: replay counts
+  if (g.nat.present() && g.deferred) {  // replay counts
     for (int64_t i = 0; i < n; ++i) {
       if (is_padding_slot(read_index(g.slots, i, 0), g.null_block_id)) continue;
+      if (g.has_init.present() && !static_cast<const bool*>(g.has_init.data)[i * g.has_init.stride[0]]) continue;
       const int64_t a = read_index(g.nat, i);
       if (a < 0 || a > g.replay_cols) {
-        return v.fail(element("replay count", g.nat, i) + " = " + str(a) + " is outside [0, " + str(g.replay_cols) +
-                      "] (log_cols of the deferred-commit logs)");
+        return v.fail(element(g.nat_name, g.nat, i) + " = " + str(a) + " is outside [0, " + str(g.replay_cols) +
+                      "] (replay counts: log_cols of the deferred-commit logs)");
       }
     }
   } else if (g.nat.present()) {
@@ -104,9 +111,10 @@ Status check_group(const Validator& v, const Group& g) {
       if (is_padding_slot(read_index(g.slots, i, 0), g.null_block_id)) continue;
       const int64_t a = read_index(g.nat, i);
       if (a < 1 || a > cols) {
-        return v.fail("num_accepted_tokens[" + str(i) + "] = " + str(a) + " is outside [1, " + str(cols) +
-                      "] (cols of " + g.slots_name + ")");
+        return v.fail(element(g.nat_name, g.nat, i) + " = " + str(a) + " is outside [1, " + str(cols) + "] (cols of " +
+                      g.slots_name + ")");
       }
+      if (is_padding_slot(read_index(g.slots, i, a - 1), g.null_block_id)) continue;  // column a - 1: padding
       const int64_t lo = read_index(g.qsl, i), hi = read_index(g.qsl, i + 1);
       if (hi - lo > cols) {
         return v.fail("sequence " + str(i) + " has T = " + str(hi - lo) + " tokens (" + element(g.qsl_name, g.qsl, i) +
@@ -172,7 +180,11 @@ Status check_metadata(const GatedDeltaRuleArgs& args) {
   GDN_RETURN_IF_ERROR(validate_recurrent(a));
   Group g = primitive_group(args.query_start_loc, args.state_indices, args.num_accepted_tokens, args.q.shape[0],
                             "rows of q", args.ssm_state.shape[0], "ssm_state", args.null_block_id);
-  if (args.verify_log.present()) g.replay_cols = args.verify_log.shape[1];
+  if (args.verify_log.present()) {
+    g.deferred = true;
+    g.replay_cols = args.verify_log.shape[1];
+    g.has_init = args.has_initial_state;
+  }
   return check_group(v, g);
 }
 
@@ -212,7 +224,10 @@ Status check_metadata(const GdnAttentionArgs& args) {
             args.non_spec_state_indices_tensor, TensorView{}, "non_spec_token_indx", args.non_spec_token_indx,
             limit.first, limit.second, num_slots, "conv_state and ssm_state", args.num_actual_tokens,
             args.null_block_id};
-    if (deferred) g.nat = args.non_spec_num_accepted_tokens, g.replay_cols = log_cols;
+    if (deferred) {
+      g.nat = args.non_spec_num_accepted_tokens, g.nat_name = "non_spec_num_accepted_tokens";
+      g.deferred = true, g.replay_cols = log_cols, g.has_init = args.has_initial_state;
+    }
     GDN_RETURN_IF_ERROR(check_group(v, g));
   }
   if (args.spec_state_indices_tensor.present() && args.spec_query_start_loc.present()) {
@@ -221,7 +236,7 @@ Status check_metadata(const GdnAttentionArgs& args) {
             args.spec_state_indices_tensor, args.num_accepted_tokens, "spec_token_indx", args.spec_token_indx,
             limit.first, limit.second, num_slots, "conv_state and ssm_state", args.num_actual_tokens,
             args.null_block_id};
-    if (deferred) g.replay_cols = log_cols;
+    if (deferred) g.deferred = true, g.replay_cols = log_cols;
     GDN_RETURN_IF_ERROR(check_group(v, g));
   }
   return Status::Ok();

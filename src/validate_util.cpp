@@ -210,6 +210,11 @@ bool overlaps(const TensorView& a, const TensorView& b) {
   return a0 < b1 && b0 < a1;
 }
 
+Status contiguous_vector(const Validator& v, const char* name, const TensorView& t) {
+  if (!t.present() || t.numel() <= 1 || t.stride[0] == 1) return Status::Ok();
+  return v.must(name, "contiguous (stride 1: the conv kernels load it as vectors)", t);
+}
+
 Status disjoint(const Validator& v, std::initializer_list<std::pair<const char*, const TensorView*>> written) {
   for (auto j = written.begin(); j != written.end(); ++j)
     for (auto i = written.begin(); i != j; ++i)

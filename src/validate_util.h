@@ -100,6 +100,10 @@ Status check_slots_pair(Validator& v, const TensorView& state_indices, const Ten
 
 // Whether the bytes two views span (from their data pointers to their last elements) intersect.
 bool overlaps(const TensorView& a, const TensorView& b);
+// A parameter vector the conv kernels load as vectors ([D], stride 1): an error where it is present
+// and strided.
+Status contiguous_vector(const Validator& v, const char* name, const TensorView& t);
+
 // The tensors an op writes must not overlap one another (docs/contract.md §5): the first pair that
 // does, as an error naming both; Ok if none.
 Status disjoint(const Validator& v, std::initializer_list<std::pair<const char*, const TensorView*>> written);

@@ -153,12 +153,22 @@ TEST(CheckMetadata, AttentionSlotsAndAcceptedCounts) {
   expect_metadata_error(e, {"sequence 0 has T = 4 tokens", "more than cols = 3 of spec_state_indices_tensor"});
 }
 
-// The deferred mode beside device buffers: check_metadata reads the replay counts on the host (they
-// must be host copies); the logs, accepted paths and token parents it does not read, so they stay on
-// the device with the buffers.
-TEST(CheckMetadata, DeferredAttentionHostCountsBesideDeviceBuffers) {
-  AttentionCase c;
-  const int64_t LC = 3, E = 8 + 4 + 2;  // log columns; K + V + 2 floats per logged token and value head
+TEST(CheckMetadata, VerifySequencePaddedThroughItsReadColumn) {
+  // The slot of column a - 1 is padding, so the op pads the sequence: T > cols is no violation.
+  ConvUpdateCase c;
+  c.args.state_indices = c.pool.ints(kI32, {2, 3}, {0, 1, 2, 3, -1, -1});
+  c.args.num_accepted_tokens = c.pool.ints(kI32, {2}, {1, 2});
+  c.args.query_start_loc = c.pool.ints(kI32, {3}, {0, 1, 5});  // sequence 1: 4 tokens > cols = 3
+  expect_metadata_ok(c);
+  c.args.num_accepted_tokens = c.pool.ints(kI32, {2}, {1, 1});  // column 0's slot 3 is read: reported
+  expect_metadata_error(c, {"sequence 1 has T = 4 tokens", "more than cols = 3"});
+}
+
+constexpr int64_t kLogCols = 3;
+
+// AttentionCase in the deferred mode: logs of kLogCols columns, replay counts, paths and parents.
+void make_deferred(AttentionCase& c) {
+  const int64_t LC = kLogCols, E = 8 + 4 + 2;  // K + V + 2 floats per logged token and value head
   c.args.verify_log = c.pool.make(kF32, {6, LC, 4, E});
   c.args.verify_log_out = c.pool.make(kF32, {6, LC, 4, E});
   c.args.conv_log = c.pool.make(kF32, {6, LC, 48});
@@ -167,6 +177,39 @@ TEST(CheckMetadata, DeferredAttentionHostCountsBesideDeviceBuffers) {
   c.args.non_spec_accepted_path = c.pool.ints(kI32, {2, LC}, {0, 1, 2, 0, 1, 2});
   c.args.spec_accepted_path = c.pool.ints(kI32, {1, LC}, {0, 1, 2});
   c.args.spec_token_parents = c.pool.ints(kI32, {2}, {-1, 0});
+}
+
+// Deferred commit: a verify sequence's columns past 0 are never read, a sequence without an
+// initial state replays nothing, and a bad replay count names its tensor.
+TEST(CheckMetadata, DeferredReadsWhatTheOpReads) {
+  AttentionCase c;
+  make_deferred(c);
+  GDN_ASSERT_VALID(c);
+  c.args.spec_state_indices_tensor = c.pool.ints(kI32, {1, 3}, {2, 999, -5});
+  c.args.non_spec_num_accepted_tokens = c.pool.ints(kI32, {2}, {99, 2});  // sequence 0: no initial state
+  expect_metadata_ok(c);
+  c.args.non_spec_num_accepted_tokens = c.pool.ints(kI32, {2}, {0, 9});
+  expect_metadata_error(c, {"non_spec_num_accepted_tokens[1] = 9 is outside [0, 3]"});
+  AttentionCase d;
+  make_deferred(d);
+  d.args.num_accepted_tokens = d.pool.ints(kI32, {1}, {-1});
+  expect_metadata_error(d, {"gdn_attention: num_accepted_tokens[0] = -1 is outside [0, 3]"});
+  GdrCase g;  // the recurrent op: sequence 1 has no initial state
+  g.args.verify_log = g.pool.make(kF32, {4, kLogCols, 4, 8 + 4 + 2});
+  g.args.verify_log_out = g.pool.make(kF32, {4, kLogCols, 4, 8 + 4 + 2});
+  g.args.num_accepted_tokens = g.pool.ints(kI32, {2}, {3, 7});
+  GDN_ASSERT_VALID(g);
+  expect_metadata_ok(g);
+  g.args.has_initial_state = g.pool.ints(DType::kBool, {2}, {1, 1});
+  expect_metadata_error(g, {"num_accepted_tokens[1] = 7 is outside [0, 3]"});
+}
+
+// The deferred mode beside device buffers: check_metadata reads the replay counts on the host (they
+// must be host copies); the logs, accepted paths and token parents it does not read, so they stay on
+// the device with the buffers.
+TEST(CheckMetadata, DeferredAttentionHostCountsBesideDeviceBuffers) {
+  AttentionCase c;
+  make_deferred(c);
   GDN_ASSERT_VALID(c);
   for (TensorView* t : {&c.args.core_attn_out, &c.args.z, &c.args.projected_states_qkvz, &c.args.projected_states_ba,
                         &c.args.conv_state, &c.args.ssm_state, &c.args.conv_weights, &c.args.conv_bias, &c.args.A_log,

@@ -1,4 +1,4 @@
-// bindings/torch/ops.cpp — the gdn torch library: schemas (TORCH_LIBRARY) and the CPU / CUDA
+// bindings/torch/ops.cpp — the gdn torch library: schemas (registered once per process) and the CPU / CUDA
 // implementations of the five ops of docs/contract.md §4, each a thin call of the C++ core (gdn/ops.h).
 //
 // Per op there is a functional form that allocates its output (y or o, zero-filled so rows no
@@ -14,9 +14,11 @@
 // core's validation message raised as RuntimeError (it names the argument, the expected and the
 // actual value). Tensors are passed as views with their strides, never copied.
 #include <ATen/DeviceGuard.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 #include <torch/version.h>
 
+#include <memory>
 #include <string>
 
 #include "tensor_view.h"
@@ -368,19 +370,39 @@ void register_impls(torch::Library& m) {
 }  // namespace
 }  // namespace gdn::torch_binding
 
-TORCH_LIBRARY(gdn, m) {
-  for (const char* schema : gdn::torch_binding::kSchemas) {
+namespace gdn::torch_binding {
+namespace {
+
+// The registration of the gdn namespace, once per process. torch's TORCH_LIBRARY registers from a
+// static initializer and throws there when the namespace is taken, which aborts the process while
+// the library loads: a second copy of this library (another build, or an installed copy beside the
+// build tree) would take the interpreter down. A copy that finds gdn's ops registered registers
+// nothing here (the first copy's ops serve), and no exception leaves the initializer.
+struct Registration {
+  std::unique_ptr<torch::Library> def, cpu, cuda;
+  Registration() {
+    try {
+      if (c10::Dispatcher::singleton().findSchema(c10::OperatorName("gdn::gdn_attention", "")).has_value()) return;
+      def.reset(new torch::Library(torch::Library::DEF, "gdn", {}, __FILE__, __LINE__));  // no dispatch key
+      for (const char* schema : kSchemas) {
 #ifdef GDN_TORCH_HAS_TAGS
-    // Inductor keeps the strides of the arguments as given (padded pools, strided index views).
-    m.def(schema, {at::Tag::needs_fixed_stride_order});
+        // Inductor keeps the strides of the arguments as given (padded pools, strided index views).
+        def->def(schema, {at::Tag::needs_fixed_stride_order});
 #else
-    m.def(schema);
+        def->def(schema);
 #endif
+      }
+      cpu = std::make_unique<torch::Library>(torch::Library::IMPL, "gdn", c10::DispatchKey::CPU, __FILE__, __LINE__);
+      register_impls(*cpu);
+      // Registered whatever the build: when the core has no CUDA backend, a call with CUDA tensors
+      // gets the core's message saying so instead of a dispatcher error.
+      cuda = std::make_unique<torch::Library>(torch::Library::IMPL, "gdn", c10::DispatchKey::CUDA, __FILE__, __LINE__);
+      register_impls(*cuda);
+    } catch (...) {  // nothing escapes a static initializer: the ops are then missing, not the process
+    }
   }
-}
+};
+const Registration kRegistration;
 
-TORCH_LIBRARY_IMPL(gdn, CPU, m) { gdn::torch_binding::register_impls(m); }
-
-// Registered whatever the build: when the core has no CUDA backend, a call with CUDA tensors gets
-// the core's message saying so instead of a dispatcher error.
-TORCH_LIBRARY_IMPL(gdn, CUDA, m) { gdn::torch_binding::register_impls(m); }
+}  // namespace
+}  // namespace gdn::torch_binding

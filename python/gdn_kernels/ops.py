@@ -15,7 +15,8 @@ Common conventions (docs/contract.md):
   sequence covers are left as they were (zeros in a freshly allocated output).
 * A slot that is negative, ``>= num_slots`` or equal to ``null_block_id`` marks a padded sequence:
   no state is read or written and its output rows are zero.
-* Tensors must be dense except in dim 0, whose stride may be larger (padded pools, row views).
+* Tensors must be dense except in dim 0, whose stride may be larger (padded pools, row views);
+  the conv bias must be contiguous.
 * Activations and conv weights/state: float32, bfloat16 or float16. ``A_log`` and ``dt_bias``: any
   float dtype (a bf16 checkpoint's own tensors); the gates are computed in float32.
 * Deferred commit and token trees (docs/contract.md §7; :func:`gated_delta_rule_recurrent` and

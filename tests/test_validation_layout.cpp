@@ -1,7 +1,8 @@
-// The tensors an op writes must not overlap one another (docs/contract.md §5): an output inside a
-// pool, or two outputs in one buffer, is rejected with a message naming both, and the op entry
-// writes nothing. (Logs: test_prop_deferred.cpp; y against x, where x itself is the in-place
-// convolution: test_prop_inplace.cpp.)
+// Memory layouts the ops refuse, with a message naming the tensor, the op entry writing nothing:
+// tensors an op writes that overlap one another (docs/contract.md §5: an output inside a pool, two
+// outputs in one buffer; logs: test_prop_deferred.cpp; y against x, where x itself is the in-place
+// convolution: test_prop_inplace.cpp), and a strided conv bias (§2: the conv kernels load it as
+// vectors; every other tensor may be strided in dim 0).
 #include "validation_fixtures.h"
 
 namespace gdn_test {
@@ -15,7 +16,7 @@ TensorView inside(const TensorView& t, int64_t offset, std::initializer_list<int
                         shape);
 }
 
-TEST(ValidateOverlap, ConvOutputInsideTheConvPool) {
+TEST(ValidateLayout, ConvOutputInsideTheConvPool) {
   ConvFwdCase f;
   GDN_ASSERT_VALID(f);
   f.args.y = inside(f.args.conv_state, 40, {6, 8});
@@ -26,7 +27,7 @@ TEST(ValidateOverlap, ConvOutputInsideTheConvPool) {
   expect_rejected(u, {"y", "does not overlap conv_state"});
 }
 
-TEST(ValidateOverlap, RecurrenceOutputInsideTheStatePool) {
+TEST(ValidateLayout, RecurrenceOutputInsideTheStatePool) {
   for (bool chunked : {false, true}) {
     GdrCase c(chunked);
     GDN_ASSERT_VALID(c);
@@ -40,7 +41,7 @@ TEST(ValidateOverlap, RecurrenceOutputInsideTheStatePool) {
   }
 }
 
-TEST(ValidateOverlap, AttentionOutputsAndPools) {
+TEST(ValidateLayout, AttentionOutputsAndPools) {
   {
     AttentionCase c;
     GDN_ASSERT_VALID(c);
@@ -64,7 +65,25 @@ TEST(ValidateOverlap, AttentionOutputsAndPools) {
   }
 }
 
-TEST(ValidateOverlap, NeighboursInOneBufferAreFine) {
+TEST(ValidateLayout, StridedConvBias) {
+  ConvFwdCase f;
+  TensorView wide = f.pool.make(kF32, {16});  // every other element: [8] with stride 2
+  wide.shape[0] = 8;
+  wide.stride[0] = 2;
+  f.args.bias = wide;
+  expect_rejected(f, {"bias must be contiguous", "stride 1"});
+  ConvUpdateCase u;
+  u.args.bias = wide;
+  expect_rejected(u, {"bias must be contiguous"});
+  AttentionCase c;
+  TensorView wide48 = c.pool.make(kF32, {96});
+  wide48.shape[0] = 48;
+  wide48.stride[0] = 2;
+  c.args.conv_bias = wide48;
+  expect_rejected(c, {"conv_bias must be contiguous"});
+}
+
+TEST(ValidateLayout, NeighboursInOneBufferAreFine) {
   // Adjacent, not overlapping: o right after the pool's last element.
   GdrCase c;
   const TensorView both = c.pool.make(kF32, {4 * 4 * 4 * 8 + 5 * 4 * 4});
