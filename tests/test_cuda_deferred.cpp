@@ -277,6 +277,37 @@ TEST_P(CudaDeferred, IdenticalBytesRunAfterRun) {
   }
 }
 
+// The lean form's two row layouts give the same bytes: 16-row warps reading their token inputs from
+// deferred_prep_kernel (the same prep_regs over the same 16 lanes) and 8-row warps preparing their
+// own, for linear verify steps at K = 128, V = 48 (each row's operations are the same in both).
+TEST(CudaDeferredLean, SixteenRowWarpsAndPrepKernelGiveTheEightRowBytes) {
+  const Backend wide = Backend(Backend::kCUDA, cuda::plan::Path::kDeferredLean16),
+                narrow = Backend(Backend::kCUDA, cuda::plan::Path::kDeferredLean8);
+  PROP_SKIP_IF_UNAVAILABLE(wide);
+  constexpr int64_t H = 1, HV = 2, K = 128, V = 48, cols = 8;
+  Rng r(8500);
+  for (DType act : {DType::kFloat32, DType::kBFloat16})
+    for (const std::vector<int64_t>& lens : {std::vector<int64_t>{3, 4}, std::vector<int64_t>{1, 8}}) {
+      GdrIn in = make_gdr_in(r, lens[0] + lens[1], H, HV, K, V, act, act);
+      Buf pool = make_ssm_pool(DType::kFloat32, 3, HV, K, V, StateLayout::kVK);
+      fill_normal(pool, r, 0.5);
+      Buf log_in = deferred_log(3, cols, HV, K, V), log_out = deferred_log(3, cols, HV, K, V);
+      fill_log(log_in, K, r);
+      fill_normal(log_out, r, 1.0);
+      Buf qsl = index_buf(prefix_sum(lens)), slots = index_buf({0, 1}), nacc = index_buf({2, 4});
+      auto step = [&](Backend be, Buf& o, Buf& pl, Buf& lo) {
+        const Status st = run_deferred_on(be, in, pl, qsl, slots, nacc, o, log_in, lo, DeferredOpts{});
+        EXPECT_TRUE(st.ok()) << st.message();
+      };
+      Buf oa(act, {in.T, HV, V}), ob = oa, pa = pool, pb = pool, la = log_out, lb = log_out;
+      step(wide, oa, pa, la);
+      step(narrow, ob, pb, lb);
+      EXPECT_EQ(byte_diff(oa, ob), "") << "outputs";
+      EXPECT_EQ(byte_diff(pa, pb), "") << "committed state";
+      EXPECT_EQ(byte_diff(la, lb), "") << "log";
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaDeferred, ::testing::ValuesIn(cuda_deferred_backends()),
                          [](const ::testing::TestParamInfo<Backend>& i) { return capture::backend_name(i.param); });
 

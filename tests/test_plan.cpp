@@ -421,21 +421,42 @@ TEST(Plan, Deferred) {
   EXPECT_EQ(plan(1, 8, 128, 132, {Path::kLean}).path, Path::kDeferredSmall);  // another kernel's path: ignored
   EXPECT_TRUE(is_deferred_path(Path::kDeferred) && is_deferred_path(Path::kDeferredSmall) &&
               is_deferred_path(Path::kDeferredLean));
-  // The lean form wherever it applies, at every batch size, one warp per 8 rows; forcing the general
-  // kernel's forms bypasses it; forcing it where it does not apply is the planner's choice.
-  auto lean = [&](int64_t nseq, int HV, Override f = {}, bool ok = true) {
+  // The lean form wherever it applies, at every batch size: 8-row warps while their grid has at most
+  // deferred_lean16_warps (2048) warps at 132 SMs, 16-row warps beyond; forcing the general kernel's
+  // forms bypasses it; forcing it where it does not apply is the planner's choice.
+  auto lean = [&](int64_t nseq, int HV, Override f = {}, bool ok = true, int sms = 132) {
     DeferredProblem p;
     p.nseq = nseq;
     p.HV = HV;
     p.V = 128;
     p.lean_ok = ok;
-    return plan_deferred(p, 9, 132, f);
+    return plan_deferred(p, 9, sms, f);
   };
-  for (int64_t n : {1, 2, 64, 256}) {
+  for (int64_t n : {1, 2, 4}) {  // 32 heads x 16 warps x n <= 2048
     const DeferredPlan l = lean(n, 32);
     EXPECT_EQ(l.path, Path::kDeferredLean) << n;
     EXPECT_TRUE(l.rows == kDeferredSmallRows && l.grid_x == 16 && l.grid_y == 32 && l.grid_z == n) << n;
   }
+  for (int64_t n : {5, 16, 64, 256}) {
+    const DeferredPlan l = lean(n, 32);
+    EXPECT_EQ(l.path, Path::kDeferredLean) << n;
+    EXPECT_TRUE(l.rows == kDeferredLean16Rows && l.grid_x == 8 && l.grid_y == 32 && l.grid_z == n) << n;
+  }
+  EXPECT_EQ(lean(16, 8).rows, kDeferredSmallRows);   // Qwen3-Next TP4: 2048 warps
+  EXPECT_EQ(lean(17, 8).rows, kDeferredLean16Rows);
+  EXPECT_EQ(lean(5, 32, {}, true, 264).rows, kDeferredSmallRows);  // twice the SMs: twice the warps
+  EXPECT_EQ(lean(9, 32, {}, true, 264).rows, kDeferredLean16Rows);
+  const DeferredPlan l8 = lean(64, 32, {Path::kDeferredLean8});  // forced 8-row warps
+  EXPECT_TRUE(l8.path == Path::kDeferredLean && l8.rows == kDeferredSmallRows && l8.grid_x == 16);
+  const DeferredPlan l16 = lean(1, 32, {Path::kDeferredLean16});  // forced 16-row warps
+  EXPECT_TRUE(l16.path == Path::kDeferredLean && l16.rows == kDeferredLean16Rows && l16.grid_x == 8);
+  DeferredProblem v40;  // V = 40: 8-row warps at any batch size
+  v40.nseq = 400;
+  v40.HV = 8;
+  v40.V = 40;
+  v40.lean_ok = true;
+  const DeferredPlan l40 = plan_deferred(v40, 9, 132);
+  EXPECT_TRUE(l40.path == Path::kDeferredLean && l40.rows == kDeferredSmallRows && l40.grid_x == 5);
   EXPECT_EQ(lean(64, 32, {Path::kDeferredLean}).path, Path::kDeferredLean);
   EXPECT_EQ(lean(64, 32, {Path::kDeferred}).path, Path::kDeferred);
   EXPECT_EQ(lean(64, 32, {Path::kDeferredSmall}).path, Path::kDeferredSmall);

@@ -244,7 +244,16 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& a, void* stream, pla
     fill_deferred(p, a);
     return on_device(a.q.device_index, [&] {
       p.early_meta = a.metadata_ready_early && pdl_enabled();
-      return launch_deferred_any(p, a.q.dtype, a.ssm_state.dtype, force, static_cast<cudaStream_t>(stream));
+      const auto s = static_cast<cudaStream_t>(stream);
+      const size_t prep = deferred_prep_bytes(p, force);
+      if (prep == 0) return launch_deferred_any(p, a.q.dtype, a.ssm_state.dtype, force, s);
+      int dev = 0;
+      GDN_CUDA_CHECK(cudaGetDevice(&dev));
+      return with_workspace(dev, prep, s, [&](void* ws) {
+        p.prep = static_cast<float*>(ws);
+        p.prep_rows = p.group[0].limit;
+        return launch_deferred_any(p, a.q.dtype, a.ssm_state.dtype, force, s);
+      });
     });
   }
   RecurrentParams p;

@@ -26,7 +26,18 @@ struct DeferredParams : RecurrentParams {
   // output at row group[0].token_indx(j) of o (identity when absent), and a sequence with a token
   // whose row is outside [0, out_rows) is padding. -1: the primitive op (outputs at row j).
   int64_t out_rows = -1;
+  // The lean form's prepared token inputs (deferred_prep.cuh) for the group's local rows
+  // 0 .. prep_rows - 1, or null (each row warp prepares its tokens itself).
+  float* prep = nullptr;
+  int64_t prep_rows = 0;
 };
+
+// The bytes of the lean form's prepared token inputs (deferred_prep.cuh) for p's group 0: verify
+// steps (log_tokens: a few tokens per sequence) where the lean form can take them (K = 128, no
+// tree, "vk" state) and the planner gives it 16-row warps (plan_deferred with force); else 0.
+// Callers take them with the rest of their workspace, before anything is written, and set prep
+// and prep_rows. (deferred_attention.cu)
+size_t deferred_prep_bytes(const DeferredParams& p, plan::Override force);
 
 // The launch for p, as plan::plan_deferred decides (force: a deferred path, else the planner's).
 template <typename TAct, typename TState>

@@ -13,6 +13,20 @@
 
 namespace gdn::cuda {
 
+size_t deferred_prep_bytes(const DeferredParams& p, plan::Override force) {
+  if (!p.log_tokens || p.K != 128 || p.parents.present() || p.kv_layout || p.group[0].n <= 0) return 0;
+  int dev = 0, major = 0, sms = 0;
+  if (!device_of(&dev, &major, &sms).ok()) return 0;  // the launch reports the device's error
+  plan::DeferredProblem pb;
+  pb.nseq = p.group[0].n;
+  pb.HV = p.HV;
+  pb.V = p.V;
+  pb.lean_ok = true;  // where the lean form does not apply, the buffer is not read
+  if (plan::plan_deferred(pb, major, sms, force).rows != plan::kDeferredLean16Rows) return 0;
+  const int64_t rows = p.group[0].limit;
+  return static_cast<size_t>(rows * p.H * 256 + rows * p.HV * 4) * sizeof(float);
+}
+
 Status launch_deferred_any(const DeferredParams& p, DType act, DType state, plan::Override force,
                            cudaStream_t stream) {
   return with_dtypes(act, state, [&](auto ta, auto ts) {
@@ -39,7 +53,17 @@ Status deferred_attention(const GdnAttentionArgs& a, const RecurrentParams& rp, 
   cp.y_rs = static_cast<int64_t>(L.D) + 2 * L.HV;  // [q | k | v (D) | a (HV) | b (HV)]
   const int64_t rows0 = cp.group[0].n > 0 ? cp.group[0].limit : 0, rows1 = cp.group[1].n > 0 ? cp.group[1].limit : 0;
   cp.ws_row0[1] = rows0;
-  const size_t bytes = std::max<size_t>(static_cast<size_t>((rows0 + rows1) * cp.y_rs * es), 256);
+  const size_t conv_bytes = (static_cast<size_t>((rows0 + rows1) * cp.y_rs * es) + 255) / 256 * 256;
+  size_t prep_bytes = 0;  // the lean form's prepared inputs, one group at a time (deferred_prep_bytes)
+  for (int gi = 0; gi < 2; ++gi) {
+    DeferredParams q;
+    static_cast<RecurrentParams&>(q) = rp;
+    q.group[0] = cp.group[gi];
+    q.log_tokens = gi == 1;
+    if (gi == 1) q.parents = index_ref(a.spec_token_parents);
+    prep_bytes = std::max(prep_bytes, deferred_prep_bytes(q, force));
+  }
+  const size_t bytes = std::max<size_t>(conv_bytes + prep_bytes, 256);
   int dev = 0;
   GDN_CUDA_CHECK(cudaGetDevice(&dev));
   return with_workspace(dev, bytes, stream, [&](void* ws) -> Status {
@@ -71,6 +95,10 @@ Status deferred_attention(const GdnAttentionArgs& a, const RecurrentParams& rp, 
       p.parents = gi == 1 ? cp.parents : IndexRef{};
       p.log_tokens = gi == 1;
       p.out_rows = a.num_actual_tokens;
+      if (deferred_prep_bytes(p, force) > 0) {
+        p.prep = reinterpret_cast<float*>(static_cast<char*>(ws) + conv_bytes);
+        p.prep_rows = p.group[0].limit;
+      }
       GDN_RETURN_IF_ERROR(launch_deferred_any(p, act, a.ssm_state.dtype, force, stream));
     }
     return Status::Ok();

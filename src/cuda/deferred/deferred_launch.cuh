@@ -21,7 +21,17 @@ Status launch_deferred(const DeferredParams& p, plan::Override force, cudaStream
   pb.lean_ok = deferred_lean_applies<TAct, TS>(p);
   const plan::DeferredPlan pl = plan::plan_deferred(pb, major, sms, force);
   const dim3 grid(static_cast<unsigned>(pl.grid_x), static_cast<unsigned>(pl.grid_y), static_cast<unsigned>(pl.grid_z));
-  if (pl.path == plan::Path::kDeferredLean) return Launch(grid, 32, 0, stream)(deferred_lean_kernel<TAct, TS>, p);
+  if (pl.path == plan::Path::kDeferredLean) {
+    constexpr int k16 = plan::kDeferredLean16Rows, k8 = plan::kDeferredSmallRows;
+    if (pl.rows != k16) return Launch(grid, 32, 0, stream)(deferred_lean_kernel<TAct, TS, k8, false>, p);
+    // The 16-row warps read their token inputs from the prep kernel where the caller gave it a
+    // buffer (verify steps); the 8-row warps (small batches) prepare their own, one launch fewer.
+    const int64_t pairs = p.prep_rows * p.H;
+    if (p.prep == nullptr || pairs == 0) return Launch(grid, 32, 0, stream)(deferred_lean_kernel<TAct, TS, k16, false>, p);
+    const unsigned blocks = static_cast<unsigned>((pairs + DeferredPrep::kPairs - 1) / DeferredPrep::kPairs);
+    GDN_RETURN_IF_ERROR(Launch(dim3(blocks), DeferredPrep::kThreads, 0, stream)(deferred_prep_kernel<TAct>, p));
+    return Launch(grid, 32, 0, stream)(deferred_lean_kernel<TAct, TS, k16, true>, p);
+  }
   auto go = [&](auto kp_tag, auto small_tag) -> Status {
     constexpr int KP = decltype(kp_tag)::value;
     constexpr bool kS = decltype(small_tag)::value;

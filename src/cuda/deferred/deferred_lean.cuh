@@ -1,14 +1,19 @@
 // src/cuda/deferred/deferred_lean.cuh — the deferred-commit mode's linear verify (no token tree) in
-// the lean kernel's manner (lean/recurrent_lean.cuh): one warp owning 8 rows of a (sequence, value
-// head), a row's K = 128 elements over 16 lanes, every input loaded by each lane into its
+// the lean kernel's manner (lean/recurrent_lean.cuh): one warp owning 8 or 16 rows of a (sequence,
+// value head), a row's K = 128 elements over 16 lanes, every input loaded by each lane into its
 // registers; no shared memory, no barrier.
-//   grid = (V / 8, HV, sequences), block = one warp.
+//   grid = (V / rows, HV, sequences), block = one warp.
+// The planner takes 16-row warps for large batches (their token preparation, the loads, norms and
+// gates of ~330 of a step token's ~500 instructions per warp, then serves twice the rows, or is
+// done once per (token, key head) by deferred_prep_kernel) and 8-row warps for small ones (twice
+// as many warps to fill the SMs, one launch).
 // Per sequence: the state read once, its logged rows replayed (the recurrence's update of
 // recur_rows without an output: with float32 state the bits the per-token mode stored), the state
 // written once, the step's tokens through recur_rows (outputs and log entries). deferred.cuh's
 // kernel takes what this one does not (trees, other K, "kv" or strided state, unaligned q / k).
 #pragma once
 #include "cuda/deferred/deferred.cuh"
+#include "cuda/deferred/deferred_prep.cuh"
 #include "cuda/lean/recurrent_lean.cuh"
 
 namespace gdn::cuda {
@@ -16,17 +21,21 @@ namespace gdn::cuda {
 // 16 lanes per row: G = 2 rows at once, R = 4 rows per lane, EPL = 8 elements of each per lane,
 // whatever the state's dtype (against 32 lanes for float32 state, as the lean kernel streams it,
 // and 8: see docs/performance.md).
+template <int kWarpRows = 8>
 struct DeferredLeanTraits {
-  static constexpr int kLanes = 16, kGroups = 32 / kLanes, kRowsPerLane = 8 / kGroups, kEPL = 128 / kLanes;
-  static constexpr int kRows = kGroups * kRowsPerLane;  // plan::kDeferredSmallRows
+  static constexpr int kLanes = 16, kGroups = 32 / kLanes, kRowsPerLane = kWarpRows / kGroups, kEPL = 128 / kLanes;
+  static constexpr int kRows = kGroups * kRowsPerLane;  // plan::kDeferredSmallRows or kDeferredLean16Rows
+  static constexpr int kMinBlocks = kWarpRows == 8 ? 20 : 16;
 };
 
-template <typename TAct, typename TState>
-__global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocksSpec)
+// kPrepped: the step's token inputs from deferred_prep_kernel's workspace (p.prep).
+template <typename TAct, typename TState, int kWarpRows = 8, bool kPrepped = false>
+__global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
     deferred_lean_kernel(const __grid_constant__ DeferredParams p) {
-  using Tr = DeferredLeanTraits;
+  using Tr = DeferredLeanTraits<kWarpRows>;
   constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = Tr::kEPL, KP = L * EPL;
-  static_assert(KP == 128 && Tr::kRows == plan::kDeferredSmallRows, "K = 128, the planner's block rows");
+  static_assert(KP == 128 && (Tr::kRows == plan::kDeferredSmallRows || Tr::kRows == plan::kDeferredLean16Rows),
+                "K = 128, the planner's block rows");
   const int lane = threadIdx.x, ln = lane % L;
   const int hv = blockIdx.y, h = hv / p.r;
   const int row0 = blockIdx.x * Tr::kRows + lane / L;  // this lane group's row j: row0 + j G
@@ -94,14 +103,26 @@ __global__ void __launch_bounds__(32, LeanTraits<TState>::kMinBlocksSpec)
   for (int64_t t = 0; t < tr.len; ++t) {
     const int64_t row = tr.begin + t;
     float qr[EPL], kr[EPL], vr[R];
-    load_vec<TAct, EPL, false>(q_row<TAct>(p, row, h) + ln * EPL, qr);
-    load_vec<TAct, EPL, false>(k_row<TAct>(p, row, h) + ln * EPL, kr);
     const TAct* vp = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * V + row0;
 #pragma unroll
     for (int r = 0; r < R; ++r) vr[r] = to_float(vp[r * G]);
-    const float av = p.a(row * p.src.a_rs + hv), bv = p.b(row * p.src.b_rs + hv);
     const int64_t orow = out_row(p, row);
-    const TokenGates tg = prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr, p.gates);
+    TokenGates tg;
+    if constexpr (kPrepped) {
+      const float* qk = p.prep + (row * p.H + h) * 256 + ln * EPL;
+      load_vec<float, EPL, false>(qk, qr);
+      load_vec<float, EPL, false>(qk + 128, kr);
+      const float4 gt = __ldg(reinterpret_cast<const float4*>(p.prep + DeferredPrep::qk_floats(p.prep_rows, p.H) +
+                                                              (row * p.HV + hv) * 4));
+      tg.g = gt.x;
+      tg.beta = gt.y;
+      tg.decay = gt.z;
+    } else {
+      load_vec<TAct, EPL, false>(q_row<TAct>(p, row, h) + ln * EPL, qr);
+      load_vec<TAct, EPL, false>(k_row<TAct>(p, row, h) + ln * EPL, kr);
+      const float av = p.a(row * p.src.a_rs + hv), bv = p.b(row * p.src.b_rs + hv);
+      tg = prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr, p.gates);
+    }
     if (p.log_tokens && t < p.log_cols) {
       float* e = log_entry(p.log_out, p.log_out_rs, p, slot, t, hv);
       if (blockIdx.x == 0 && lane < L) {

@@ -8,7 +8,7 @@ namespace {
 
 constexpr const char* kNames[] = {"auto",           "lean",           "lean_more",         "lean_staged",
                                   "pipelined",      "register_small", "register_mid",      "register_large",
-                                  "packed",         "deferred",       "deferred_small",    "deferred_lean",     "chunk_vs32",
+                                  "packed",         "deferred",       "deferred_small",    "deferred_lean",     "deferred_lean8",    "deferred_lean16",   "chunk_vs32",
                                   "chunk_vs64",     "chunk_split",    "step_pipelined",    "step_pipelined_prologue",
                                   "step_cluster",   "step_cluster_lean", "step_two_launches"};
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Path::kCount), "a name per path");
@@ -215,7 +215,8 @@ bool parse_path(const char* s, Path* out) {
 bool is_step_path(Path p) { return p >= Path::kStepPipelined && p < Path::kCount; }
 bool is_chunk_path(Path p) { return p == Path::kChunk32 || p == Path::kChunk64 || p == Path::kChunkSplit; }
 bool is_deferred_path(Path p) {
-  return p == Path::kDeferred || p == Path::kDeferredSmall || p == Path::kDeferredLean;
+  return p == Path::kDeferred || p == Path::kDeferredSmall || p == Path::kDeferredLean ||
+         p == Path::kDeferredLean8 || p == Path::kDeferredLean16;
 }
 bool takes_gate_forms(Path p) {
   switch (p) {
@@ -240,6 +241,12 @@ DeferredPlan plan_deferred(const DeferredProblem& p, int cc_major, int sms, Over
                             : at_most(large, t.deferred_small_blocks, t, sms > 0 ? sms : 1);
   pl.path = p.lean_ok && !forced ? Path::kDeferredLean : small ? Path::kDeferredSmall : Path::kDeferred;
   pl.rows = pl.path == Path::kDeferred ? kDeferredRows : kDeferredSmallRows;
+  if (pl.path == Path::kDeferredLean && p.V % kDeferredLean16Rows == 0) {  // 16-row warps where V allows
+    const int64_t warps8 = p.nseq * p.HV * (p.V / kDeferredSmallRows);
+    const bool wide = force.path == Path::kDeferredLean16 ||
+                      (force.path != Path::kDeferredLean8 && !at_most(warps8, t.deferred_lean16_warps, t, sms > 0 ? sms : 1));
+    if (wide) pl.rows = kDeferredLean16Rows;
+  }
   pl.grid_x = (p.V + pl.rows - 1) / pl.rows;
   pl.grid_y = p.HV;
   pl.grid_z = p.nseq;

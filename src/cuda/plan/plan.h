@@ -39,6 +39,8 @@ enum class Path : uint8_t {
   kDeferred,       // kDeferredRows rows (four warps)
   kDeferredSmall,  // kDeferredSmallRows rows (one warp)
   kDeferredLean,   // linear verify in the lean kernel's layout (deferred_lean.cuh)
+  kDeferredLean8,   // forced only: the lean form's 8-row warps (each preparing its tokens)
+  kDeferredLean16,  // forced only: the lean form's 16-row warps (the prep kernel's inputs where it runs)
   // the chunked op's chunk kernel, by value columns per block
   kChunk32,
   kChunk64,
@@ -177,7 +179,7 @@ AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_m
 // kDeferredSmallRows (one warp). The four-warp form unless its grid would leave most SMs idle: at
 // most deferred_small_blocks blocks (scaled by the SM count), where the one-warp form's four times
 // as many blocks spread further. A forced path runs where it can (the lean form where lean_ok).
-constexpr int kDeferredRows = 32, kDeferredSmallRows = 8;
+constexpr int kDeferredRows = 32, kDeferredSmallRows = 8, kDeferredLean16Rows = 16;
 struct DeferredProblem {
   int64_t nseq = 0;
   int HV = 0, V = 0;
