@@ -44,7 +44,18 @@ Status check_conv_common(Validator& v, const Args& a, int64_t* T, int64_t* D, in
     return v.must("y", "x itself (same data and row stride: an in-place convolution) or memory that does not overlap x",
                   a.y);
   }
-  return validate_detail::disjoint(v, {{"conv_state", &a.conv_state}, {"y", &a.y}});
+  GDN_RETURN_IF_ERROR(validate_detail::disjoint(v, {{"conv_state", &a.conv_state}, {"y", &a.y}}));
+  return validate_detail::apart_from_inputs(v, {{"conv_state", &a.conv_state}}, {{"x", &a.x}});
+}
+
+// The conv ops' written tensors against their other inputs (the metadata of each op: `meta`).
+template <typename Args>
+Status conv_apart(const Validator& v, const Args& a,
+                  std::initializer_list<std::pair<const char*, const TensorView*>> meta) {
+  for (const auto& m : meta)
+    GDN_RETURN_IF_ERROR(validate_detail::apart_from_inputs(v, {{"conv_state", &a.conv_state}, {"y", &a.y}}, {m}));
+  return validate_detail::apart_from_inputs(v, {{"conv_state", &a.conv_state}, {"y", &a.y}},
+                                            {{"weight", &a.weight}, {"bias", &a.bias}});
 }
 
 Status check_conv_rows(const Validator& v, const TensorView& conv_state, int64_t need, const std::string& why) {
@@ -144,7 +155,13 @@ Status check_gated_delta_rule(const char* op, const GatedDeltaRuleArgs& a, bool 
   GDN_RETURN_IF_ERROR(v.tensor("query_start_loc", a.query_start_loc, index_dtype(), {{"n+1", n + 1}}));
   GDN_RETURN_IF_ERROR(v.tensor("has_initial_state", a.has_initial_state, bool_dtype(), {{"n", n}}, Presence::kOptional));
   GDN_RETURN_IF_ERROR(v.tensor("o", a.o, like_q, {{"T", T}, {"HV", HV}, {"V", V}}));
-  return validate_detail::disjoint(v, {{"ssm_state", &a.ssm_state}, {"o", &a.o}});
+  GDN_RETURN_IF_ERROR(validate_detail::disjoint(v, {{"ssm_state", &a.ssm_state}, {"o", &a.o}}));
+  return validate_detail::apart_from_inputs(
+      v, {{"ssm_state", &a.ssm_state}, {"o", &a.o}, {"verify_log_out", &a.verify_log_out}},
+      {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"a", &a.a}, {"b", &a.b}, {"A_log", &a.A_log}, {"dt_bias", &a.dt_bias},
+       {"query_start_loc", &a.query_start_loc}, {"state_indices", &a.state_indices},
+       {"num_accepted_tokens", &a.num_accepted_tokens}, {"has_initial_state", &a.has_initial_state},
+       {"verify_log", &a.verify_log}, {"accepted_path", &a.accepted_path}, {"token_parents", &a.token_parents}});
 }
 
 }  // namespace
@@ -157,7 +174,9 @@ Status validate(const CausalConv1dFwdArgs& a) {
   const int64_t n = a.state_indices.shape[0];
   GDN_RETURN_IF_ERROR(v.tensor("query_start_loc", a.query_start_loc, index_dtype(), {{"n+1", n + 1}}));
   GDN_RETURN_IF_ERROR(v.tensor("has_initial_state", a.has_initial_state, bool_dtype(), {{"n", n}}, Presence::kOptional));
-  return check_conv_rows(v, a.conv_state, W - 1, "W-1");
+  GDN_RETURN_IF_ERROR(check_conv_rows(v, a.conv_state, W - 1, "W-1"));
+  return conv_apart(v, a, {{"query_start_loc", &a.query_start_loc}, {"state_indices", &a.state_indices},
+                           {"has_initial_state", &a.has_initial_state}});
 }
 
 Status validate(const CausalConv1dUpdateArgs& a) {
@@ -170,9 +189,12 @@ Status validate(const CausalConv1dUpdateArgs& a) {
   GDN_RETURN_IF_ERROR(check_slots_pair(v, a.state_indices, a.num_accepted_tokens, &n, &cols, &verify));
   GDN_RETURN_IF_ERROR(v.tensor("query_start_loc", a.query_start_loc, index_dtype(), {{"n+1", n + 1}}));
   if (verify && a.spec_layout == SpecConvLayout::kRolling) {
-    return check_conv_rows(v, a.conv_state, W - 2 + cols, "W-2+cols (rolling verify layout)");
+    GDN_RETURN_IF_ERROR(check_conv_rows(v, a.conv_state, W - 2 + cols, "W-2+cols (rolling verify layout)"));
+  } else {
+    GDN_RETURN_IF_ERROR(check_conv_rows(v, a.conv_state, W - 1, "W-1"));
   }
-  return check_conv_rows(v, a.conv_state, W - 1, "W-1");
+  return conv_apart(v, a, {{"query_start_loc", &a.query_start_loc}, {"state_indices", &a.state_indices},
+                           {"num_accepted_tokens", &a.num_accepted_tokens}});
 }
 
 Status validate_recurrent(const GatedDeltaRuleArgs& a) {

@@ -140,8 +140,10 @@ static Status check_deferred_attention(Validator& v, const GdnAttentionArgs& a, 
   return Status::Ok();
 }
 
-Status validate(const GdnAttentionArgs& a) {
-  Validator v("gdn_attention");
+namespace {
+
+// The shapes, dtypes and layouts (validate, below, adds the overlaps of written tensors with inputs).
+Status check_attention(Validator& v, const GdnAttentionArgs& a) {
   GDN_RETURN_IF_ERROR(check_scalars(v, a));
   GDN_RETURN_IF_ERROR(v.spec_layout(a.spec_conv_layout, "spec_conv_layout"));
   const int64_t tp = a.tp_size, K = a.head_k_dim, V = a.head_v_dim;
@@ -221,6 +223,27 @@ Status validate(const GdnAttentionArgs& a) {
                   a.conv_state);
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status validate(const GdnAttentionArgs& a) {
+  Validator v("gdn_attention");
+  GDN_RETURN_IF_ERROR(check_attention(v, a));
+  return validate_detail::apart_from_inputs(
+      v,
+      {{"core_attn_out", &a.core_attn_out}, {"z", &a.z}, {"conv_state", &a.conv_state}, {"ssm_state", &a.ssm_state},
+       {"verify_log_out", &a.verify_log_out}, {"conv_log_out", &a.conv_log_out}},
+      {{"projected_states_qkvz", &a.projected_states_qkvz}, {"projected_states_ba", &a.projected_states_ba},
+       {"conv_weights", &a.conv_weights}, {"conv_bias", &a.conv_bias}, {"A_log", &a.A_log}, {"dt_bias", &a.dt_bias},
+       {"non_spec_query_start_loc", &a.non_spec_query_start_loc}, {"non_spec_token_indx", &a.non_spec_token_indx},
+       {"non_spec_state_indices_tensor", &a.non_spec_state_indices_tensor},
+       {"spec_query_start_loc", &a.spec_query_start_loc}, {"spec_token_indx", &a.spec_token_indx},
+       {"spec_state_indices_tensor", &a.spec_state_indices_tensor}, {"num_accepted_tokens", &a.num_accepted_tokens},
+       {"has_initial_state", &a.has_initial_state}, {"verify_log", &a.verify_log}, {"conv_log", &a.conv_log},
+       {"non_spec_num_accepted_tokens", &a.non_spec_num_accepted_tokens},
+       {"spec_accepted_path", &a.spec_accepted_path}, {"non_spec_accepted_path", &a.non_spec_accepted_path},
+       {"spec_token_parents", &a.spec_token_parents}});
 }
 
 }  // namespace gdn

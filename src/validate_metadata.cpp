@@ -173,6 +173,8 @@ Status check_metadata(const GatedDeltaRuleArgs& args) {
   GDN_RETURN_IF_ERROR(host_only(v, "query_start_loc", args.query_start_loc));
   GDN_RETURN_IF_ERROR(host_only(v, "state_indices", args.state_indices));
   GDN_RETURN_IF_ERROR(host_only(v, "num_accepted_tokens", args.num_accepted_tokens));
+  if (args.verify_log.present())  // the replay counts of sequences without an initial state are not read
+    GDN_RETURN_IF_ERROR(host_only(v, "has_initial_state", args.has_initial_state));
   GatedDeltaRuleArgs a = args;
   for (TensorView* t : {&a.query_start_loc, &a.state_indices, &a.num_accepted_tokens, &a.has_initial_state}) {
     as_if_on(a.q, t);
@@ -202,6 +204,8 @@ Status check_metadata(const GdnAttentionArgs& args) {
               {"num_accepted_tokens", args.num_accepted_tokens},
               {"non_spec_num_accepted_tokens", args.non_spec_num_accepted_tokens}};
   for (const auto& h : host) GDN_RETURN_IF_ERROR(host_only(v, h.name, h.t));
+  if (args.verify_log.present())  // the replay counts of sequences without an initial state are not read
+    GDN_RETURN_IF_ERROR(host_only(v, "has_initial_state", args.has_initial_state));
   GdnAttentionArgs a = args;
   for (TensorView* t : {&a.non_spec_query_start_loc, &a.non_spec_token_indx, &a.non_spec_state_indices_tensor,
                         &a.spec_query_start_loc, &a.spec_token_indx, &a.spec_state_indices_tensor,

@@ -224,6 +224,16 @@ Status disjoint(const Validator& v, std::initializer_list<std::pair<const char*,
   return Status::Ok();
 }
 
+Status apart_from_inputs(const Validator& v, std::initializer_list<std::pair<const char*, const TensorView*>> written,
+                         std::initializer_list<std::pair<const char*, const TensorView*>> read) {
+  for (const auto& w : written)
+    for (const auto& r : read)
+      if (overlaps(*w.second, *r.second))
+        return v.must(w.first, std::string("memory that does not overlap ") + r.first + " (an input the op reads)",
+                      *w.second);
+  return Status::Ok();
+}
+
 bool mul_add(int64_t a, int64_t b, int64_t c, int64_t* out) {
   int64_t p = 0;
   return !__builtin_mul_overflow(a, b, &p) && !__builtin_add_overflow(p, c, out);

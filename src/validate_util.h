@@ -107,6 +107,9 @@ Status contiguous_vector(const Validator& v, const char* name, const TensorView&
 // The tensors an op writes must not overlap one another (docs/contract.md §5): the first pair that
 // does, as an error naming both; Ok if none.
 Status disjoint(const Validator& v, std::initializer_list<std::pair<const char*, const TensorView*>> written);
+// No written tensor overlaps a tensor the op only reads (it would read outputs as inputs).
+Status apart_from_inputs(const Validator& v, std::initializer_list<std::pair<const char*, const TensorView*>> written,
+                         std::initializer_list<std::pair<const char*, const TensorView*>> read);
 
 // a * b + c in int64, false on overflow.
 bool mul_add(int64_t a, int64_t b, int64_t c, int64_t* out);

@@ -204,9 +204,9 @@ TEST(CheckMetadata, DeferredReadsWhatTheOpReads) {
   expect_metadata_error(g, {"num_accepted_tokens[1] = 7 is outside [0, 3]"});
 }
 
-// The deferred mode beside device buffers: check_metadata reads the replay counts on the host (they
-// must be host copies); the logs, accepted paths and token parents it does not read, so they stay on
-// the device with the buffers.
+// The deferred mode beside device buffers: check_metadata reads the replay counts and
+// has_initial_state on the host (they must be host copies); the logs, accepted paths and token
+// parents it does not read, so they stay on the device with the buffers.
 TEST(CheckMetadata, DeferredAttentionHostCountsBesideDeviceBuffers) {
   AttentionCase c;
   make_deferred(c);
@@ -222,6 +222,19 @@ TEST(CheckMetadata, DeferredAttentionHostCountsBesideDeviceBuffers) {
   c.args.non_spec_num_accepted_tokens.device = Device::kCUDA;
   expect_metadata_error(c, {"gdn_attention: check_metadata reads non_spec_num_accepted_tokens on the host",
                             "must be on cpu"});
+  // has_initial_state says whose replay counts are read: on the host too (a device copy was read
+  // through its pointer on the host)
+  c.args.non_spec_num_accepted_tokens.device = Device::kCPU;
+  c.args.has_initial_state.device = Device::kCUDA;
+  expect_metadata_error(c, {"gdn_attention: check_metadata reads has_initial_state on the host", "must be on cpu"});
+  GdrCase g;
+  g.args.verify_log = g.pool.make(kF32, {4, kLogCols, 4, 8 + 4 + 2});
+  g.args.verify_log_out = g.pool.make(kF32, {4, kLogCols, 4, 8 + 4 + 2});
+  g.args.num_accepted_tokens = g.pool.ints(kI32, {2}, {3, 1});
+  GDN_ASSERT_VALID(g);
+  expect_metadata_ok(g);
+  g.args.has_initial_state.device = Device::kCUDA;
+  expect_metadata_error(g, {"gated_delta_rule: check_metadata reads has_initial_state on the host", "must be on cpu"});
 }
 
 TEST(CheckMetadata, StridedIndexTensorsAreReadByStride) {

@@ -1,7 +1,8 @@
 // Memory layouts the ops refuse, with a message naming the tensor, the op entry writing nothing:
 // tensors an op writes that overlap one another (docs/contract.md §5: an output inside a pool, two
 // outputs in one buffer; logs: test_prop_deferred.cpp; y against x, where x itself is the in-place
-// convolution: test_prop_inplace.cpp), and a strided conv bias (§2: the conv kernels load it as
+// convolution: test_prop_inplace.cpp) or overlap an input the op only reads (an output a row
+// ahead of the values it is computed from, metadata inside a pool), and a strided conv bias (§2: the conv kernels load it as
 // vectors; every other tensor may be strided in dim 0).
 #include "validation_fixtures.h"
 
@@ -63,6 +64,34 @@ TEST(ValidateLayout, AttentionOutputsAndPools) {
     c.args.ssm_state = inside(c.args.conv_state, 1000, {6, 4, 4, 8});
     expect_rejected(c, {"ssm_state", "does not overlap conv_state"});
   }
+}
+
+TEST(ValidateLayout, WrittenTensorsOverlappingInputs) {
+  for (bool chunked : {false, true}) {
+    GdrCase c(chunked);  // o one token row ahead of v in one buffer: o[t] would overwrite v[t + 1]
+    const TensorView both = c.pool.make(kF32, {6 * 4 * 4});
+    c.args.v = inside(both, 0, {5, 4, 4});
+    c.args.o = inside(both, 16, {5, 4, 4});
+    expect_rejected(c, {"o", "does not overlap v (an input the op reads)"});
+    GdrCase d(chunked);  // the slots inside the state pool
+    d.args.state_indices = gdn::make_view(d.args.ssm_state.data, kI32, {2});
+    expect_rejected(d, {"ssm_state", "does not overlap state_indices"});
+  }
+  ConvFwdCase f;  // the pool over the input rows
+  const TensorView both = f.pool.make(kF32, {5 * 3 * 8});
+  f.args.conv_state = inside(both, 0, {5, 3, 8});
+  f.args.x = inside(both, 8, {6, 8});
+  expect_rejected(f, {"conv_state", "does not overlap x"});
+  ConvUpdateCase u;  // y over the weights
+  const TensorView wy = u.pool.make(kF32, {8 * 3 + 5 * 8});
+  u.args.weight = inside(wy, 0, {8, 3});
+  u.args.y = inside(wy, 16, {5, 8});
+  expect_rejected(u, {"y", "does not overlap weight"});
+  AttentionCase a;  // the output over the projections
+  const TensorView pz = a.pool.make(kF32, {8 * 64 + 64});
+  a.args.projected_states_qkvz = inside(pz, 0, {8, 64});
+  a.args.core_attn_out = inside(pz, 64 * 8 - 16, {8, 4, 4});
+  expect_rejected(a, {"core_attn_out", "does not overlap projected_states_qkvz"});
 }
 
 TEST(ValidateLayout, StridedConvBias) {

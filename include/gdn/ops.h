@@ -184,7 +184,8 @@ Status gdn_attention(const GdnAttentionArgs& args, void* stream = nullptr);
 
 // Reads the (host-resident) metadata and reports the first value that the device would have to
 // clamp or treat as padding (docs/contract.md §3, "Metadata the host cannot see"). Ok when all is valid.
-// Index tensors must be on the CPU.
+// Index tensors must be on the CPU, and so must has_initial_state in the deferred-commit mode (it
+// says whose replay counts are read).
 Status check_metadata(const CausalConv1dFwdArgs& args);
 Status check_metadata(const CausalConv1dUpdateArgs& args);
 Status check_metadata(const GatedDeltaRuleArgs& args);

@@ -10,7 +10,9 @@ can call gdn-kernels instead:
 * ``g`` ``[B, T, HV]``: the log-space decay, or with ``use_gate_in_kernel=True`` the raw input of
   ``-exp(A_log) * softplus(g + dt_bias)``; ``beta`` ``[B, T, HV]``: beta itself, or with
   ``use_beta_sigmoid_in_kernel=True`` its logit (``allow_neg_eigval``: ``2 * sigmoid``);
-* ``initial_state`` ``[N, HV, K, V]`` (``state_v_first=True``: ``[N, HV, V, K]``) or None;
+* ``initial_state`` ``[N, HV, K, V]`` (``state_v_first=True``, or FLA's deprecated
+  ``transpose_state_layout=True``: ``[N, HV, V, K]``) or None;
+* other keywords are ignored, as FLA ignores them;
 * returns ``(o, final_state)``: ``o`` ``[B, T, HV, V]`` in the dtype of ``v``, ``final_state``
   float32 like ``initial_state``'s layout when ``output_final_state``, else None.
 
@@ -23,6 +25,7 @@ kernel where that fits: K = 128, bf16/fp16 activations, V a multiple of 32; else
 recurrence kernels).
 """
 
+import warnings
 from typing import Optional, Tuple
 
 import torch
@@ -66,6 +69,9 @@ def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, us
     if cu_seqlens is not None:
         if B != 1:
             raise ValueError(f"The batch size is expected to be 1 rather than {B} when using `cu_seqlens`.")
+        if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1 or cu_seqlens.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"cu_seqlens must be a 1-D int32 or int64 tensor [N + 1], got {cu_seqlens.dtype} "
+                             f"{tuple(cu_seqlens.shape)}")
         qsl = cu_seqlens.to(device=q.device, dtype=torch.int64)
         N = qsl.shape[0] - 1
     else:
@@ -104,6 +110,17 @@ def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, us
     return o.reshape(B, T, HV, V).to(v.dtype), (state if output_final_state else None)
 
 
+def _state_v_first(state_v_first: bool, kwargs: dict) -> bool:
+    """FLA's deprecated alias ``transpose_state_layout`` of ``state_v_first``, taken as FLA takes it."""
+    if "transpose_state_layout" not in kwargs:
+        return state_v_first
+    if state_v_first:
+        raise ValueError("Cannot pass both `state_v_first` and the deprecated `transpose_state_layout`.")
+    warnings.warn("`transpose_state_layout` is deprecated and renamed to `state_v_first`.", DeprecationWarning,
+                  stacklevel=3)
+    return bool(kwargs.pop("transpose_state_layout"))
+
+
 def chunk_gated_delta_rule(
     q: Tensor,
     k: Tensor,
@@ -134,6 +151,7 @@ def chunk_gated_delta_rule(
     if "head_first" in kwargs:
         raise DeprecationWarning("head_first has been removed. Inputs must be in `[B, T, H, ...]` format.")
     del cu_seqlens_cpu, chunk_indices
+    state_v_first = _state_v_first(state_v_first, kwargs)
     return _run(True, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
                 kwargs.get("use_gate_in_kernel", False), kwargs.get("A_log"), kwargs.get("dt_bias"),
                 use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, cu_seqlens)
@@ -164,6 +182,7 @@ def fused_recurrent_gated_delta_rule(
     ``gated_delta_rule_recurrent``. Per-key or per-value decays (``gk``, ``gv``) are not supported."""
     if gk is not None or gv is not None:
         raise NotImplementedError("gdn_kernels.fla: gk / gv (per-channel decays) are not supported; pass g")
+    state_v_first = _state_v_first(state_v_first, kwargs)
     return _run(False, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
                 use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
                 cu_seqlens)

@@ -223,18 +223,28 @@ def enable(model: torch.nn.Module, check_version: bool = True, whole_layer: bool
     :func:`gdn_kernels.hf_layer.whole_layer_forward` (one gdn_attention call per layer), falling back
     to the original forward (on the four functions) for the cases it does not take. Returns a
     :class:`Handle`; raises if the model has no such layer, a layer looks up its kernels in a way
-    this module does not know, or (``whole_layer``) its forward does not use transformers' 5.x
-    cache protocol or its projections are of neither known layout."""
+    this module does not know, (``whole_layer``) its forward does not use transformers' 5.x
+    cache protocol or its projections are of neither known layout, or the layers (or their modeling
+    module) already run on gdn-kernels through a handle not yet disabled."""
     import sys
 
     if check_version:
         _check_version()
+    ours = set(map(id, INSTANCE_NAMES.values())) | set(map(id, MODULE_NAMES.values()))
+
+    def refuse_twice(owner, names, what):  # a second handle would restore the first one's functions
+        if any(id(getattr(owner, n, None)) in ours for n in names) or \
+                getattr(vars(owner).get("forward"), "gdn_whole_layer", False):
+            raise RuntimeError(f"gdn_kernels.hf: {what} already runs on gdn-kernels (an enable() whose handle "
+                               "is not disabled); disable that handle first")
+
     handle = Handle()
     patched_modules = set()
     try:
         for layer in model.modules():
             if type(layer).__name__ not in LAYER_CLASSES:
                 continue
+            refuse_twice(layer, INSTANCE_NAMES, f"layer {type(layer).__name__}")
             if all(hasattr(layer, n) for n in INSTANCE_NAMES):
                 for n, fn in INSTANCE_NAMES.items():
                     handle._set(layer, n, fn)
@@ -246,6 +256,7 @@ def enable(model: torch.nn.Module, check_version: bool = True, whole_layer: bool
                                        f"kernels neither through {sorted(INSTANCE_NAMES)} attributes nor through the "
                                        f"module functions {sorted(MODULE_NAMES)}: unsupported transformers layout")
                 if mod not in patched_modules:
+                    refuse_twice(mod, MODULE_NAMES, f"module {mod.__name__}")
                     for n, fn in MODULE_NAMES.items():
                         handle._set(mod, n, fn)
                     patched_modules.add(mod)

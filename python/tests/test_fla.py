@@ -186,6 +186,26 @@ def test_fla_errors():
         fla.chunk_gated_delta_rule(q, k, v, a, blog, initial_state=torch.zeros(2, 4, 8, 16))
     with pytest.raises(NotImplementedError):
         fla.fused_recurrent_gated_delta_rule(q, k, v, gk=a, beta=blog)
+    q1, k1, v1, a1, b1 = (x[:1] for x in (q, k, v, a, blog))
+    for cu in [torch.tensor([0.0, 2.7, 8.0]), torch.tensor([[0, 3, 8]]), torch.tensor([], dtype=torch.int64)]:
+        with pytest.raises(ValueError, match="cu_seqlens must be a 1-D int32 or int64"):
+            fla.chunk_gated_delta_rule(q1, k1, v1, a1, b1, cu_seqlens=cu)
+    with pytest.raises(ValueError, match="Cannot pass both"):
+        fla.fused_recurrent_gated_delta_rule(q, k, v, a, beta=blog, state_v_first=True, transpose_state_layout=True)
+
+
+@pytest.mark.parametrize("fn", ["chunk", "recurrent"])
+def test_fla_transpose_state_layout_alias(fn):
+    """FLA's deprecated keyword transpose_state_layout is state_v_first, with FLA's warning."""
+    call = fla.chunk_gated_delta_rule if fn == "chunk" else fla.fused_recurrent_gated_delta_rule
+    q, k, v, a, blog, A_log, dt_bias, cu = make(1, [11], 2, 4, 16, 8, torch.float32, 9, False)
+    h0 = torch.randn(1, 4, 8, 16)
+    kw = dict(g=-torch.rand(1, 11, 4), beta=torch.sigmoid(blog), initial_state=h0, output_final_state=True,
+              use_qk_l2norm_in_kernel=True)
+    with pytest.warns(DeprecationWarning, match="transpose_state_layout"):
+        o, h = call(q, k, v, transpose_state_layout=True, **kw)
+    o_ref, h_ref = call(q, k, v, state_v_first=True, **kw)
+    assert torch.equal(o, o_ref) and torch.equal(h, h_ref)
 
 
 @requires_cuda

@@ -160,6 +160,30 @@ def test_enable_instance_attributes():
         assert getattr(model[0], n) == "torch"
 
 
+def test_enable_twice_is_refused():
+    """A second handle on patched layers (or their module) would put the first one's functions back
+    when disabled first: refused, and the first handle still undoes everything."""
+    model = torch.nn.Sequential(Qwen3NextGatedDeltaNet())
+    h = hf.enable(model, check_version=False)
+    with pytest.raises(RuntimeError, match="already runs on gdn-kernels"):
+        hf.enable(model, check_version=False)
+    h.disable()
+    for n in hf.INSTANCE_NAMES:
+        assert getattr(model[0], n) == "torch"
+    mod = make_module_layout(False)
+    try:
+        first, second = torch.nn.Sequential(mod.Qwen3_5GatedDeltaNet()), torch.nn.Sequential(mod.Qwen3_5GatedDeltaNet())
+        old = {n: getattr(mod, n) for n in hf.MODULE_NAMES}
+        h = hf.enable(first, check_version=False)
+        with pytest.raises(RuntimeError, match="already runs on gdn-kernels"):
+            hf.enable(second, check_version=False)  # the same module's functions
+        h.disable()
+        for n in hf.MODULE_NAMES:
+            assert getattr(mod, n) is old[n]
+    finally:
+        del sys.modules[mod.__name__]
+
+
 def test_enable_errors():
     with pytest.raises(RuntimeError, match="has no layer"):
         hf.enable(torch.nn.Linear(2, 2), check_version=False)
