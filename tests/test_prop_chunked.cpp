@@ -11,7 +11,16 @@
 // state transition exp(g) (I - beta k k^T) has norm <= 1 (beta in (0,1), k unit-norm). Rel L2 1e-4
 // (per sequence, outputs and final states) leaves a margin of about 20x at length 1000. bf16/fp16
 // storage of outputs or states adds one rounding (2^-9 relative): rel L2 1e-2.
+//
+// PropChunkedEdges.ExtremeDecaysOnTheCpu (and PropChunkedEdgesCuda.ExtremeDecays, the CUDA chunk
+// kernel's forms at bf16 / K = 128, rel L2 1e-2): log-space decays at float32's edges (a decay of -inf at
+// one token; every token -1e37, so that a chunk's sum leaves float's range; -1e4 at each chunk's
+// first token before weak decays, so that G_i - G_j is the difference of two large sums): the
+// recurrence is finite and accurate there, and the chunked op must equal it (rel L2 1e-5, float32)
+// with no NaN or inf.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "prop_ops.h"
@@ -126,6 +135,58 @@ TEST_P(PropChunked, ChunkedEqualsRecurrent) {
       if (HasFailure()) return;
     }
 }
+
+// Decays at float32's edges through the chunked op and the recurrence of one backend (see the head).
+void extreme_decays(Backend be, DType act, int64_t K, int64_t V, double tol) {
+  constexpr int64_t H = 1, HV = 2, T = 130;
+  for (int kase = 0; kase < 3; ++kase) {
+    SCOPED_TRACE(::testing::Message() << capture::backend_name(be) << " case " << kase);
+    Rng r(700 + kase);
+    GdrIn in = make_gdr_in(r, T, H, HV, K, V, act, DType::kFloat32);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t hv = 0; hv < HV; ++hv) {
+        const double g = kase == 0   ? (t == 3 ? -std::numeric_limits<double>::infinity() : -0.05)
+                         : kase == 1 ? -1e37
+                                     : (t % 64 == 0 ? -1e4 : -0.01);
+        in.a.set(t * HV + hv, g);  // the log-space decay itself (A_log absent)
+      }
+    Buf qsl = index_buf({0, T}), slots = index_buf({1});
+    Buf pool0 = make_ssm_pool(DType::kFloat32, 3, HV, K, V, StateLayout::kVK);
+    fill_normal(pool0, r, 0.3);
+    Buf pool_c = pool0, pool_r = pool0, o_c(act, {T, HV, V}), o_r = o_c;
+    auto args = [&](Buf& pool, Buf& o) {
+      GatedDeltaRuleArgs a = gdr_args(in, pool, StateLayout::kVK, qsl, slots, nullptr, nullptr, o);
+      a.A_log = TensorView{};
+      a.dt_bias = TensorView{};
+      return a;
+    };
+    PROP_ASSERT_OK(capture::run_chunked_on(be, args(pool_c, o_c)));
+    PROP_ASSERT_OK(capture::run_recurrent_on(be, args(pool_r, o_r)));
+    int64_t bad = 0;
+    for (int64_t j = 0; j < T * HV * V; ++j) bad += !std::isfinite(o_c.get(j));
+    for (int64_t j = 0; j < HV * V * K; ++j) bad += !std::isfinite(pool_c.get(HV * V * K + j));
+    EXPECT_EQ(bad, 0) << "NaN or inf in the chunked op's outputs or final state";
+    EXPECT_LE(rel_l2(o_c, o_r), tol) << "outputs: chunked vs recurrent";
+    expect_slot_close(pool_c, 1, pool_r, 1, tol, "final state: chunked vs recurrent");
+  }
+}
+
+TEST(PropChunkedEdges, ExtremeDecaysOnTheCpu) { extreme_decays(Backend::kCPU, DType::kFloat32, 16, 8, 1e-5); }
+
+// The CUDA chunk kernel's forms (bf16 activations, K = 128: the shapes it takes; rel L2 1e-2).
+class PropChunkedEdgesCuda : public ::testing::TestWithParam<Backend> {};
+TEST_P(PropChunkedEdgesCuda, ExtremeDecays) {
+  PROP_SKIP_IF_UNAVAILABLE(GetParam());
+  extreme_decays(GetParam(), DType::kBFloat16, 128, 32, 1e-2);
+}
+std::vector<Backend> cuda_chunk_backends() {
+  std::vector<Backend> v;
+  for (Backend b : capture::test_backends(capture::Ops::kChunked))
+    if (b.cuda() && (b.path == cuda::plan::Path::kAuto || cuda::plan::is_chunk_path(b.path))) v.push_back(b);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cuda, PropChunkedEdgesCuda, ::testing::ValuesIn(cuda_chunk_backends()),
+                         [](const ::testing::TestParamInfo<Backend>& i) { return capture::backend_name(i.param); });
 
 std::vector<ChunkParam> all_params() {
   std::vector<ChunkParam> v;

@@ -34,6 +34,11 @@ GDN_HD TokenRange token_range(int64_t lo, int64_t hi, int64_t limit) {
 // num_accepted_tokens clamped into [1, cols].
 GDN_HD int64_t accepted(int64_t a, int64_t cols) { return clamp64(a, 1, cols); }
 
+// A log-space decay as the chunk forms sum it within a chunk: clamped below at -1000 (a decay of 0
+// in float32 either way: exp(-104) is already below its smallest value), so that a decay of -inf,
+// or a chunk's sum past float's range, stays finite (-inf - -inf would be NaN); NaN stays NaN.
+GDN_HD float chunk_log_decay(float g) { return g < -1000.f ? -1000.f : g; }
+
 // Softplus with the threshold of the reference implementations.
 GDN_HD float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 

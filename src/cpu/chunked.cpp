@@ -8,6 +8,10 @@
 //   o_i      = exp(G_i) S0 q_i + sum_{j<=i} exp(G_i - G_j) (q_i . k_j) delta_j
 //   S_end    = exp(G_C-1) S0 + sum_j exp(G_C-1 - G_j) delta_j k_j^T
 // which unrolls S_t = exp(g_t) S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T exactly.
+// G is summed in double from g clamped below (rules::chunk_log_decay: a decay of 0 either way): a
+// difference G_i - G_j of two large sums (a strong decay early in the chunk, weak ones after it)
+// keeps its digits, and a decay of -inf (or a sum past float's range) stays finite instead of
+// turning -inf - -inf into NaN.
 #include <algorithm>
 
 #include "cpu/backend.h"
@@ -20,7 +24,8 @@ constexpr int64_t kChunk = 64;
 
 // One work item's buffers: its state and a chunk's inputs, matrices and outputs (up to kChunk tokens).
 struct ChunkBufs {
-  float *S, *q, *k, *v, *G, *beta, *A, *T, *U, *Wk, *delta, *o;
+  float *S, *q, *k, *v, *beta, *A, *T, *U, *Wk, *delta, *o;
+  double* G;
   TokenInputs in;
 };
 ChunkBufs chunk_bufs(Arena& ar, const GdrShape& s) {
@@ -30,7 +35,7 @@ ChunkBufs chunk_bufs(Arena& ar, const GdrShape& s) {
   b.q = ar.take<float>(elems(C, K));
   b.k = ar.take<float>(elems(C, K));
   b.v = ar.take<float>(elems(C, V));
-  b.G = ar.take<float>(C);
+  b.G = ar.take<double>(C);
   b.beta = ar.take<float>(C);
   b.A = ar.take<float>(C * C);
   b.T = ar.take<float>(C * C);
@@ -46,18 +51,20 @@ ChunkBufs chunk_bufs(Arena& ar, const GdrShape& s) {
 void chunk_step(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int64_t C, int64_t hv,
                 const ChunkBufs& b) {
   const int64_t K = s.K, V = s.V;
-  float *const S = b.S, *const q = b.q, *const k = b.k, *const v = b.v, *const G = b.G, *const beta = b.beta;
+  float *const S = b.S, *const q = b.q, *const k = b.k, *const v = b.v, *const beta = b.beta;
+  double* const G = b.G;
   TokenInputs in = b.in;
-  float cum = 0.f;
+  double cum = 0.0;
   for (int64_t i = 0; i < C; ++i) {
     load_token(a, s, row + i, hv, &in);
     std::copy(in.q, in.q + K, &q[i * K]);
     std::copy(in.k, in.k + K, &k[i * K]);
     std::copy(in.v, in.v + V, &v[i * V]);
-    cum += in.g;
+    cum += rules::chunk_log_decay(in.g);
     G[i] = cum;
     beta[i] = in.beta;
   }
+  auto ex = [](double x) { return static_cast<float>(std::exp(x)); };
   auto dot = [](const float* x, const float* y, int64_t n) {
     float acc = 0.f;
     for (int64_t i = 0; i < n; ++i) acc += x[i] * y[i];
@@ -68,7 +75,7 @@ void chunk_step(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int
   std::fill(A, A + C * C, 0.f);
   std::fill(T, T + C * C, 0.f);
   for (int64_t i = 0; i < C; ++i)
-    for (int64_t j = 0; j < i; ++j) A[i * C + j] = beta[i] * std::exp(G[i] - G[j]) * dot(&k[i * K], &k[j * K], K);
+    for (int64_t j = 0; j < i; ++j) A[i * C + j] = beta[i] * ex(G[i] - G[j]) * dot(&k[i * K], &k[j * K], K);
   for (int64_t i = 0; i < C; ++i) {
     T[i * C + i] = 1.f;
     for (int64_t j = 0; j < i; ++j) {
@@ -84,7 +91,7 @@ void chunk_step(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int
   for (int64_t i = 0; i < C; ++i)
     for (int64_t j = 0; j <= i; ++j) {
       const float tij = T[i * C + j];
-      const float tb = tij * beta[j], tbg = tb * std::exp(G[j]);
+      const float tb = tij * beta[j], tbg = tb * ex(G[j]);
       for (int64_t x = 0; x < V; ++x) U[i * V + x] += tb * v[j * V + x];
       for (int64_t x = 0; x < K; ++x) Wk[i * K + x] += tbg * k[j * K + x];
     }
@@ -95,22 +102,22 @@ void chunk_step(const GatedDeltaRuleArgs& a, const GdrShape& s, int64_t row, int
   // o_i = exp(G_i) S0 q_i + sum_{j<=i} exp(G_i - G_j) (q_i . k_j) delta_j
   float* const o = b.o;
   for (int64_t i = 0; i < C; ++i) {
-    const float eg = std::exp(G[i]);
+    const float eg = ex(G[i]);
     for (int64_t vi = 0; vi < V; ++vi) o[vi] = eg * dot(&S[vi * K], &q[i * K], K);
     for (int64_t j = 0; j <= i; ++j) {
-      const float w = std::exp(G[i] - G[j]) * dot(&q[i * K], &k[j * K], K);
+      const float w = ex(G[i] - G[j]) * dot(&q[i * K], &k[j * K], K);
       for (int64_t vi = 0; vi < V; ++vi) o[vi] += w * delta[j * V + vi];
     }
     for (int64_t vi = 0; vi < V; ++vi) store_f(a.o.data, a.o.dtype, (row + i) * a.o.stride[0] + hv * V + vi, o[vi]);
   }
   // S_end = exp(G_last) S0 + sum_j exp(G_last - G_j) delta_j k_j^T
-  const float glast = G[C - 1];
+  const double glast = G[C - 1];
   for (int64_t vi = 0; vi < V; ++vi) {
     float* Sv = &S[vi * K];
-    const float e = std::exp(glast);
+    const float e = ex(glast);
     for (int64_t x = 0; x < K; ++x) Sv[x] *= e;
     for (int64_t j = 0; j < C; ++j) {
-      const float w = std::exp(glast - G[j]) * delta[j * V + vi];
+      const float w = ex(glast - G[j]) * delta[j * V + vi];
       for (int64_t x = 0; x < K; ++x) Sv[x] += w * k[j * K + x];
     }
   }

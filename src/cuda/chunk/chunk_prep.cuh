@@ -108,7 +108,7 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
       const bool ok = 2 * lane + j < n;
       GateValues gv{0.f, 0.f};
       if (ok) gv = gate_values(p.gates, cvv.G[2 * lane + j], cvv.beta[2 * lane + j], A, dtb);
-      g[j] = gv.g;
+      g[j] = rules::chunk_log_decay(gv.g);  // -inf stays out of the sums (NaN in G_i - G_j)
       b[j] = gv.beta;
     }
     float incl = g[0] + g[1];
