@@ -188,7 +188,7 @@ Status validate(const CausalConv1dUpdateArgs& a) {
   bool verify = false;
   GDN_RETURN_IF_ERROR(check_slots_pair(v, a.state_indices, a.num_accepted_tokens, &n, &cols, &verify));
   GDN_RETURN_IF_ERROR(v.tensor("query_start_loc", a.query_start_loc, index_dtype(), {{"n+1", n + 1}}));
-  if (verify && a.spec_layout == SpecConvLayout::kRolling) {
+  if (verify && n > 0 && a.spec_layout == SpecConvLayout::kRolling) {  // (no sequence: no rolling line)
     GDN_RETURN_IF_ERROR(check_conv_rows(v, a.conv_state, W - 2 + cols, "W-2+cols (rolling verify layout)"));
   } else {
     GDN_RETURN_IF_ERROR(check_conv_rows(v, a.conv_state, W - 1, "W-1"));

@@ -214,7 +214,8 @@ Status check_attention(Validator& v, const GdnAttentionArgs& a) {
                                 {"non_spec_accepted_path", &a.non_spec_accepted_path},
                                 {"spec_token_parents", &a.spec_token_parents}})
     if (t->present()) return v.must(name, "absent without the deferred-commit logs (verify_log, conv_log)", *t);
-  const bool rolling = a.spec_state_indices_tensor.present() && a.spec_conv_layout == SpecConvLayout::kRolling;
+  const bool rolling =  // (an empty verify group keeps no rolling line)
+      a.spec_state_indices_tensor.present() && n_spec > 0 && a.spec_conv_layout == SpecConvLayout::kRolling;
   const int64_t need_rows = rolling ? W - 2 + cols : W - 1;
   if (a.conv_state.shape[1] < need_rows) {
     return v.must("conv_state",

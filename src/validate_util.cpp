@@ -1,4 +1,5 @@
 // Shared pieces of host-side argument validation: tensor checks and message formatting.
+#include <algorithm>
 #include "validate_util.h"
 
 #include <cmath>
@@ -196,18 +197,33 @@ Status check_slots_pair(Validator& v, const TensorView& si, const TensorView& na
 
 bool overlaps(const TensorView& a, const TensorView& b) {
   if (!a.present() || !b.present() || a.numel() == 0 || b.numel() == 0 || a.device != b.device) return false;
-  // [first byte, last byte + 1): dim 0 strided, the rest dense (validated).
-  auto span = [](const TensorView& t, uintptr_t* lo, uintptr_t* hi) {
+  // Rows of dense bytes (dim 0 strided, the rest dense: validated): n rows of len bytes, pitch apart.
+  struct Rows {
+    int64_t n, pitch, len;
+    uintptr_t lo, hi;  // [first byte, last byte + 1)
+  };
+  auto rows_of = [](const TensorView& t) {
+    const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
     int64_t row = 1;
     for (int d = 1; d < t.ndim; ++d) row *= t.shape[d];
-    const int64_t last = (t.ndim > 0 ? (t.shape[0] - 1) * t.stride[0] : 0) + row;
-    *lo = reinterpret_cast<uintptr_t>(t.data);
-    *hi = *lo + static_cast<uintptr_t>(last) * dtype_size(t.dtype);
+    Rows r;
+    r.n = t.ndim > 0 ? t.shape[0] : 1;
+    r.pitch = (t.ndim > 0 ? t.stride[0] : 0) * es;
+    r.len = row * es;
+    r.lo = reinterpret_cast<uintptr_t>(t.data);
+    r.hi = r.lo + static_cast<uintptr_t>((r.n - 1) * r.pitch + r.len);
+    return r;
   };
-  uintptr_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
-  span(a, &a0, &a1);
-  span(b, &b0, &b1);
-  return a0 < b1 && b0 < a1;
+  const Rows ra = rows_of(a), rb = rows_of(b);
+  if (!(ra.lo < rb.hi && rb.lo < ra.hi)) return false;
+  // Rows at one pitch (column slices of one buffer): row i of a meets row j of b iff k = i - j has
+  // k pitch in (d - len_a, d + len_b), d = b - a; exact. Other pitches: the spans (conservative).
+  const int64_t s = ra.n > 1 ? ra.pitch : rb.pitch;
+  if ((ra.n > 1 && rb.n > 1 && ra.pitch != rb.pitch) || s <= 0) return true;
+  auto floor_div = [](int64_t x, int64_t m) { return x >= 0 ? x / m : -((-x + m - 1) / m); };
+  const int64_t d = static_cast<int64_t>(rb.lo - ra.lo);  // (two's complement: the signed difference)
+  const int64_t kmin = floor_div(d - ra.len, s) + 1, kmax = -floor_div(-(d + rb.len), s) - 1;
+  return std::max(kmin, -(rb.n - 1)) <= std::min(kmax, ra.n - 1);
 }
 
 Status contiguous_vector(const Validator& v, const char* name, const TensorView& t) {

@@ -94,6 +94,48 @@ TEST(ValidateLayout, WrittenTensorsOverlappingInputs) {
   expect_rejected(a, {"core_attn_out", "does not overlap projected_states_qkvz"});
 }
 
+// Column slices of one buffer (rows at the same pitch) that share no element are apart; slices
+// that share some are not. (The byte spans of such slices interleave: the check is by rows.)
+TEST(ValidateLayout, ColumnSlicesOfOneBuffer) {
+  auto cols = [](const TensorView& buf, int64_t first, std::initializer_list<int64_t> shape) {
+    TensorView t = inside(buf, first, shape);
+    t.stride[0] = buf.stride[0];
+    return t;
+  };
+  ConvFwdCase f;  // x = columns 0..7, y = columns 8..15 of one [6, 16] buffer
+  const TensorView xy = f.pool.make(kF32, {6, 16});
+  f.args.x = cols(xy, 0, {6, 8});
+  f.args.y = cols(xy, 8, {6, 8});
+  GDN_ASSERT_VALID(f);
+  f.args.y = cols(xy, 4, {6, 8});  // columns 4..11: half of each row is x's
+  expect_rejected(f, {"y must be x itself", "or memory that does not overlap x"});
+  AttentionCase a;  // core_attn_out and z as the two halves of each row of one buffer
+  const TensorView oz = a.pool.make(kF32, {8, 2 * 4 * 4});
+  a.args.core_attn_out = cols(oz, 0, {8, 4, 4});
+  a.args.z = cols(oz, 16, {8, 4, 4});
+  GDN_ASSERT_VALID(a);
+  a.args.z = cols(oz, 12, {8, 4, 4});
+  expect_rejected(a, {"z", "does not overlap core_attn_out"});
+}
+
+// An empty verify group keeps no rolling line: pools of W-1 rows are enough for it.
+TEST(ValidateLayout, EmptyVerifyGroupNeedsNoRollingRows) {
+  ConvUpdateCase u;  // W = 3, verify with cols = 3, rolling: W-2+cols = 4 rows for a non-empty group
+  u.args.conv_state = u.pool.make(kF32, {6, 2, 8});
+  u.args.x = u.pool.make(kF32, {0, 8});
+  u.args.y = u.pool.make(kF32, {0, 8});
+  u.args.query_start_loc = u.pool.ints(kI32, {1}, {0});
+  u.args.state_indices = u.pool.ints(kI32, {0, 3}, {});
+  u.args.num_accepted_tokens = u.pool.ints(kI32, {0}, {});
+  GDN_ASSERT_VALID(u);
+  u.args.x = u.pool.make(kF32, {5, 8});
+  u.args.y = u.pool.make(kF32, {5, 8});
+  u.args.query_start_loc = u.pool.ints(kI32, {3}, {0, 3, 5});
+  u.args.state_indices = u.pool.ints(kI32, {2, 3}, {0, 1, 2, 3, 4, 5});
+  u.args.num_accepted_tokens = u.pool.ints(kI32, {2}, {1, 2});
+  expect_rejected(u, {"conv_state", "W-2+cols (rolling verify layout) = 4"});
+}
+
 TEST(ValidateLayout, StridedConvBias) {
   ConvFwdCase f;
   TensorView wide = f.pool.make(kF32, {16});  // every other element: [8] with stride 2
