@@ -48,16 +48,6 @@ Status check_conv_common(Validator& v, const Args& a, int64_t* T, int64_t* D, in
   return validate_detail::apart_from_inputs(v, {{"conv_state", &a.conv_state}}, {{"x", &a.x}});
 }
 
-// The conv ops' written tensors against their other inputs (the metadata of each op: `meta`).
-template <typename Args>
-Status conv_apart(const Validator& v, const Args& a,
-                  std::initializer_list<std::pair<const char*, const TensorView*>> meta) {
-  for (const auto& m : meta)
-    GDN_RETURN_IF_ERROR(validate_detail::apart_from_inputs(v, {{"conv_state", &a.conv_state}, {"y", &a.y}}, {m}));
-  return validate_detail::apart_from_inputs(v, {{"conv_state", &a.conv_state}, {"y", &a.y}},
-                                            {{"weight", &a.weight}, {"bias", &a.bias}});
-}
-
 Status check_conv_rows(const Validator& v, const TensorView& conv_state, int64_t need, const std::string& why) {
   if (conv_state.shape[1] >= need) return Status::Ok();
   return v.must("conv_state", "[num_slots, rows, D] with rows >= " + why + " = " + std::to_string(need), conv_state);
@@ -175,8 +165,10 @@ Status validate(const CausalConv1dFwdArgs& a) {
   GDN_RETURN_IF_ERROR(v.tensor("query_start_loc", a.query_start_loc, index_dtype(), {{"n+1", n + 1}}));
   GDN_RETURN_IF_ERROR(v.tensor("has_initial_state", a.has_initial_state, bool_dtype(), {{"n", n}}, Presence::kOptional));
   GDN_RETURN_IF_ERROR(check_conv_rows(v, a.conv_state, W - 1, "W-1"));
-  return conv_apart(v, a, {{"query_start_loc", &a.query_start_loc}, {"state_indices", &a.state_indices},
-                           {"has_initial_state", &a.has_initial_state}});
+  return validate_detail::apart_from_inputs(
+      v, {{"conv_state", &a.conv_state}, {"y", &a.y}},
+      {{"weight", &a.weight}, {"bias", &a.bias}, {"query_start_loc", &a.query_start_loc},
+       {"state_indices", &a.state_indices}, {"has_initial_state", &a.has_initial_state}});
 }
 
 Status validate(const CausalConv1dUpdateArgs& a) {
@@ -193,8 +185,10 @@ Status validate(const CausalConv1dUpdateArgs& a) {
   } else {
     GDN_RETURN_IF_ERROR(check_conv_rows(v, a.conv_state, W - 1, "W-1"));
   }
-  return conv_apart(v, a, {{"query_start_loc", &a.query_start_loc}, {"state_indices", &a.state_indices},
-                           {"num_accepted_tokens", &a.num_accepted_tokens}});
+  return validate_detail::apart_from_inputs(
+      v, {{"conv_state", &a.conv_state}, {"y", &a.y}},
+      {{"weight", &a.weight}, {"bias", &a.bias}, {"query_start_loc", &a.query_start_loc},
+       {"state_indices", &a.state_indices}, {"num_accepted_tokens", &a.num_accepted_tokens}});
 }
 
 Status validate_recurrent(const GatedDeltaRuleArgs& a) {

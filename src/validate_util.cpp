@@ -1,7 +1,7 @@
 // Shared pieces of host-side argument validation: tensor checks and message formatting.
-#include <algorithm>
 #include "validate_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
