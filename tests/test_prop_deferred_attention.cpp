@@ -272,5 +272,46 @@ TEST(PropDeferredAttentionHostile, GarbageCountsPathsAndParentsStayInBounds) {
   }
 }
 
+// docs/contract.md §3 in the deferred mode: a sequence with a token past its group's tokens (here the
+// remap's length) is padding — a verify sequence wholly past them commits no replay, a decode or
+// verify sequence that runs past them advances no state. Bit for bit the call with those sequences'
+// slots -1, on each backend.
+class PropDeferredAttentionPast : public ::testing::TestWithParam<Backend> {};
+TEST_P(PropDeferredAttentionPast, SequencesPastTheTokensArePadding) {
+  const Backend be = GetParam();
+  PROP_SKIP_IF_UNAVAILABLE(be);
+  Rng r(7950);
+  for (int trial = 0; trial < 4; ++trial) {
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
+    const int64_t kLog = 3;
+    AttnProblem hostile;
+    HostileIndex hx = hostile_deferred_batch(hostile, r, kLog);
+    AttnProblem clean = hostile;
+    clean.seqs[1].slot = -1;     // the decode
+    clean.seqs[3].cols = {-1};  // a verify sequence that now runs past the spec tokens
+    clean.seqs[4].cols = {-1};  // the verify sequence without tokens, now wholly past them
+    build_meta(clean);
+    const int64_t ns_len = hostile.ns_indx.numel(), sp_len = hostile.sp_indx.numel();
+    hostile.ns_qsl.seti(2, ns_len + 2);  // the decode runs past the non-spec tokens
+    hostile.sp_qsl.seti(2, sp_len + 1);  // sequence 3 runs past the spec tokens, sequence 4 lies past them
+    hostile.sp_qsl.seti(3, sp_len + 3);
+    Rng rs(8000 + trial);
+    Side sh = make_side(hostile, kLog, rs), sc = sh;
+    const Extra x{&hx.ns_replay, &hx.ns_path, &hx.sp_path, &hx.parents};
+    Out oh, oc;
+    PROP_ASSERT_OK(run_side(be, hostile, sh, 0, x, &oh));
+    PROP_ASSERT_OK(run_side(be, clean, sc, 0, x, &oc));
+    EXPECT_EQ(byte_diff(oh.core, oc.core), "") << "core_attn_out";
+    EXPECT_EQ(byte_diff(oh.z, oc.z), "") << "z";
+    EXPECT_EQ(byte_diff(sh.conv, sc.conv), "") << "conv_state";
+    EXPECT_EQ(byte_diff(sh.ssm, sc.ssm), "") << "ssm_state";
+    EXPECT_EQ(byte_diff(sh.rec[1], sc.rec[1]), "") << "verify_log_out";
+    EXPECT_EQ(byte_diff(sh.cvl[1], sc.cvl[1]), "") << "conv_log_out";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Prop, PropDeferredAttentionPast, ::testing::Values(Backend::kCPU, Backend::kCUDA),
+                         [](const ::testing::TestParamInfo<Backend>& i) { return std::string(capture::backend_name(i.param)); });
+
 }  // namespace
 }  // namespace gdn::prop

@@ -6,7 +6,8 @@
 //   num_accepted_tokens 0 / negative / > cols                          == clamped into [1, cols];
 //   a token whose remap index is past the buffer, negative, or in the graph-padded rows
 //   [num_actual_tokens, rows)                                          == its sequence padding without that token;
-//   query_start_loc[n] past the token_indx length (or num_actual_tokens without remapping) == clamped.
+//   query_start_loc[n] past the token_indx length (or num_actual_tokens without remapping)
+//                                                                      == the group's last sequence padding.
 // T > cols in the spec group is compared with the composition of primitives under the same
 // metadata (bit-exact on the CPU, rel L2 on CUDA as in property 3).
 // check_metadata must report each hostile call and accept each clean one.
@@ -60,6 +61,18 @@ bool add_bad_token(AttnProblem& h, AttnProblem& c, int i, int64_t bad, size_t po
   if (c.seqs[i].spec) for (auto& v : c.seqs[i].cols) v = -1;
   else c.seqs[i].slot = -1;
   return true;
+}
+
+// Makes the last k sequences of group `spec` of `c` padding (false when the group has fewer).
+bool pad_last(AttnProblem& c, bool spec, int k = 1) {
+  for (size_t i = c.seqs.size(); i-- > 0 && k > 0;) {
+    AttnSeq& s = c.seqs[i];
+    if (s.spec != spec) continue;
+    if (spec) for (auto& v : s.cols) v = -1;
+    else s.slot = -1;
+    --k;
+  }
+  return k == 0;
 }
 
 std::vector<AMutation> amutations() {
@@ -130,22 +143,30 @@ std::vector<AMutation> amutations() {
                  return add_bad_token(h, c, find_seq(h, spec_short), h.num_actual, 100);
                }, nullptr});
   m.push_back({"spec_query_start_loc[n] past the token_indx length", 0,
-               [](AttnProblem&, AttnProblem&) { return true; },
+               [](AttnProblem&, AttnProblem& c) { return pad_last(c, true); },
                [](AttnProblem& h) { h.sp_qsl.seti(h.num_spec, h.sp_indx.numel() + 7); }});
   m.push_back({"non_spec_query_start_loc[n] past the token_indx length", 0,
-               [](AttnProblem&, AttnProblem&) { return true; },
+               [](AttnProblem&, AttnProblem& c) { return pad_last(c, false); },
                [](AttnProblem& h) {
                  int64_t n = h.num_prefills + h.num_decodes;
                  h.ns_qsl.seti(n, h.ns_indx.numel() + 3);
                }});
   m.push_back({"spec_query_start_loc[n] past num_actual_tokens (no remapping)", 1,
-               [](AttnProblem&, AttnProblem&) { return true; },
+               [](AttnProblem&, AttnProblem& c) { return pad_last(c, true); },
                [](AttnProblem& h) { h.sp_qsl.seti(h.num_spec, h.num_actual + 4); }});
   m.push_back({"non_spec_query_start_loc[n] past num_actual_tokens (no remapping)", 2,
-               [](AttnProblem&, AttnProblem&) { return true; },
+               [](AttnProblem&, AttnProblem& c) { return pad_last(c, false); },
                [](AttnProblem& h) {
                  int64_t n = h.num_prefills + h.num_decodes;
                  h.ns_qsl.seti(n, h.num_actual + 9);
+               }});
+  // The last sequence lies wholly past the tokens; the one before it runs past them.
+  m.push_back({"non_spec_query_start_loc[n-1..n] past num_actual_tokens (no remapping)", 2,
+               [](AttnProblem&, AttnProblem& c) { return pad_last(c, false, 2); },
+               [](AttnProblem& h) {
+                 int64_t n = h.num_prefills + h.num_decodes;
+                 h.ns_qsl.seti(n - 1, h.num_actual + 2);
+                 h.ns_qsl.seti(n, h.num_actual + 5);
                }});
   return m;
 }

@@ -20,7 +20,8 @@ GDN_HD bool slot_valid(int64_t slot, int64_t num_slots, bool has_null, int64_t n
 GDN_HD int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 // Sequence i covers tokens [lo, hi) of its group; both ends clamped into [0, limit], a decreasing
-// pair is empty.
+// pair is empty. In gdn_attention a sequence with a token at or past limit (its group's token
+// space: num_actual_tokens without a remap, the remap's length with one) is padding: runs_past.
 struct TokenRange {
   int64_t begin;
   int64_t len;
@@ -30,6 +31,8 @@ GDN_HD TokenRange token_range(int64_t lo, int64_t hi, int64_t limit) {
   hi = clamp64(hi, 0, limit);
   return TokenRange{lo, hi > lo ? hi - lo : 0};
 }
+
+GDN_HD bool runs_past(int64_t lo, int64_t hi, int64_t limit) { return hi > lo && hi > limit; }
 
 // num_accepted_tokens clamped into [1, cols].
 GDN_HD int64_t accepted(int64_t a, int64_t cols) { return clamp64(a, 1, cols); }

@@ -62,8 +62,9 @@ void prepare_group(const GdnAttentionArgs& a, const rules::ProjLayout& L, const 
     for (int64_t c = 0; c < w->cols; ++c)
       w->slots[i * w->cols + c] = g.spec ? load_index2(*g.state_indices, i, c) : load_index1(*g.state_indices, i);
     const auto tr = rules::token_range(w->qsl[i], w->qsl[i + 1], used);  // = the range within `limit`
-    for (int64_t t = 0; t < tr.len; ++t)
-      if (w->rows[tr.begin + t] < 0) w->slots[i * w->cols] = -1;
+    bool pad = rules::runs_past(w->qsl[i], w->qsl[i + 1], limit);  // a token past the group's tokens
+    for (int64_t t = 0; t < tr.len; ++t) pad = pad || w->rows[tr.begin + t] < 0;
+    if (pad) w->slots[i * w->cols] = -1;  // padding (contract §3)
   }
   w->x.assign(static_cast<size_t>(used * D * es), 0);
   w->ab.assign(static_cast<size_t>(used * 2 * HV * es), 0);

@@ -253,6 +253,7 @@ struct SeqInfo {
   rules::TokenRange tr;
   int64_t slot0, read_slot, acc;
   bool init, pad;
+  bool past;  // a token at or past the group's limit: padding in gdn_attention (rules::runs_past)
 };
 __device__ __forceinline__ SeqInfo resolve_seq(const RecurrentParams& p, const GroupMeta& g, int64_t i, bool fused) {
   SeqInfo si;
@@ -264,6 +265,7 @@ __device__ __forceinline__ SeqInfo resolve_seq(const RecurrentParams& p, const G
 #pragma unroll
   for (int j = 0; j < kNearCols; ++j) col_slot[j] = (g.spec && j + 1 < g.cols) ? g.slots(i, j + 1) : si.slot0;
   si.tr = rules::token_range(lo, hi, g.limit);
+  si.past = rules::runs_past(lo, hi, g.limit);
   si.acc = g.spec ? rules::accepted(na, g.cols) : 1;
   si.read_slot = si.slot0;
 #pragma unroll
@@ -272,7 +274,7 @@ __device__ __forceinline__ SeqInfo resolve_seq(const RecurrentParams& p, const G
   if (si.acc > kNearCols + 1) si.read_slot = g.slots(i, si.acc - 1);
   si.pad = !rules::slot_valid(si.slot0, p.num_slots, p.has_null, p.null_id) ||
            !rules::slot_valid(si.read_slot, p.num_slots, p.has_null, p.null_id);
-  if (fused) si.pad = si.pad || !rules::slot_valid(si.slot0, p.conv.num_slots, p.has_null, p.null_id);
+  if (fused) si.pad = si.pad || si.past || !rules::slot_valid(si.slot0, p.conv.num_slots, p.has_null, p.null_id);
   return si;
 }
 // The register kernels' start: pdl_start(), then the sequence's metadata; or, where the caller

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
   bool pad = !rules::slot_valid(slot0, cv.num_slots, p.has_null, p.null_id) ||
              !rules::slot_valid(state_slot, cv.num_slots, p.has_null, p.null_id);
   if constexpr (kFused) {  // a token outside the buffer makes its sequence padding
-    bool bad = false;
+    bool bad = rules::runs_past(g.qsl(i), g.qsl(i + 1), g.limit);
     for (int64_t t = threadIdx.x; t < tr.len; t += kConvThreads) {
       const int64_t r = g.token_indx.present() ? g.token_indx(tr.begin + t) : tr.begin + t;
       bad |= r < 0 || r >= p.src.num_actual_tokens;

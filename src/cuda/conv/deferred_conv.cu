@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kDeferredConvThreads)
   s.i = sq.i;
   s.tr = rules::token_range(g.qsl(s.i), g.qsl(s.i + 1), g.limit);
   s.slot = g.slots(s.i, 0);
-  bool bad = false;  // a token outside the buffer makes its sequence padding
+  bool bad = rules::runs_past(g.qsl(s.i), g.qsl(s.i + 1), g.limit);  // a token outside the buffer: padding
   for (int64_t t = threadIdx.x; t < s.tr.len; t += kDeferredConvThreads)
     bad |= global_row(g, s.tr.begin + t, p.src.num_actual_tokens) < 0;
   if (__syncthreads_or(bad) || !rules::slot_valid(s.slot, p.conv.num_slots, p.has_null, p.null_id)) return;

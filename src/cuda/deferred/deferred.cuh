@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
   };
   bool pad = si.pad;
   if (p.out_rows >= 0) {  // gdn_attention: a token outside the buffers makes its sequence padding
-    bool bad = false;
+    bool bad = si.past;
     for (int64_t t = tid; t < tr.len; t += kThreads) bad |= out_row(p, tr.begin + t) < 0;
     pad = __syncthreads_or(bad) || pad;
   }

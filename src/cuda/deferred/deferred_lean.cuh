@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
   const int64_t K = p.K, V = p.V;
   bool pad = si.pad;
   if (p.out_rows >= 0) {  // gdn_attention: a token outside the buffers makes its sequence padding
-    bool bad = false;
+    bool bad = si.past;
     for (int64_t t = lane; t < tr.len; t += 32) bad |= out_row(p, tr.begin + t) < 0;
     pad = __any_sync(0xffffffffu, bad) || pad;
   }
