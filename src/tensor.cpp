@@ -1,4 +1,5 @@
 // Tensor views, dtype names and the string forms of the op enums.
+#include <cstdint>
 #include <sstream>
 
 #include "gdn/ops.h"
@@ -35,7 +36,10 @@ const char* dtype_name(DType t) {
 int64_t TensorView::numel() const {
   if (ndim < 0) return 0;
   int64_t n = 1;
-  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  for (int d = 0; d < ndim && d < kMaxDims; ++d) {
+    if (shape[d] <= 0) return 0;
+    if (__builtin_mul_overflow(n, shape[d], &n)) return INT64_MAX;
+  }
   return n;
 }
 
@@ -60,9 +64,14 @@ bool TensorView::contiguous() const {
 std::string TensorView::describe() const {
   if (!present()) return "absent";
   std::ostringstream s;
-  s << dtype_name(dtype) << " [";
-  for (int d = 0; d < ndim; ++d) s << (d ? ", " : "") << shape[d];
-  s << "]";
+  s << dtype_name(dtype);
+  if (ndim > kMaxDims) {
+    s << " view with ndim " << ndim;
+  } else {
+    s << " [";
+    for (int d = 0; d < ndim; ++d) s << (d ? ", " : "") << shape[d];
+    s << "]";
+  }
   if (device == Device::kCUDA) s << " on cuda:" << device_index;
   return s.str();
 }

@@ -109,8 +109,8 @@ Status check_gated_delta_rule(const char* op, const GatedDeltaRuleArgs& a, bool 
   // A_log and dt_bias: the decay computed from a (both), or a is the log-space decay (neither).
   if (a.A_log.present() != a.dt_bias.present()) {
     return v.fail(std::string("A_log and dt_bias must be given together (the decay computed from a) or both absent "
-                              "(a is the log-space decay), got A_log ") + a.A_log.describe() + ", dt_bias " +
-                  a.dt_bias.describe());
+                              "(a is the log-space decay), got A_log ") + validate_detail::describe_view(a.A_log) +
+                  ", dt_bias " + validate_detail::describe_view(a.dt_bias));
   }
   GDN_RETURN_IF_ERROR(v.tensor("A_log", a.A_log, any_float_dtype(), {{"HV", HV}}, Presence::kOptional));
   GDN_RETURN_IF_ERROR(v.tensor("dt_bias", a.dt_bias, any_float_dtype(), {{"HV", HV}}, Presence::kOptional));

@@ -99,7 +99,8 @@ Status check_group(const Validator& v, const Group& g) {
   if (g.nat.present() && g.deferred) {  // replay counts
     for (int64_t i = 0; i < n; ++i) {
       if (is_padding_slot(read_index(g.slots, i, 0), g.null_block_id)) continue;
-      if (g.has_init.present() && !static_cast<const bool*>(g.has_init.data)[i * g.has_init.stride[0]]) continue;
+      // Read as a byte, nonzero true (as the backends read it: any byte of a reinterpreted tensor)
+      if (g.has_init.present() && !static_cast<const uint8_t*>(g.has_init.data)[i * g.has_init.stride[0]]) continue;
       const int64_t a = read_index(g.nat, i);
       if (a < 0 || a > g.replay_cols) {
         return v.fail(element(g.nat_name, g.nat, i) + " = " + str(a) + " is outside [0, " + str(g.replay_cols) +

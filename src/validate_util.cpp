@@ -27,6 +27,33 @@ std::string strides_text(const TensorView& t) {
   return s + "]";
 }
 
+// A view as rows of dense bytes (dims 1..): n rows of `len` bytes, `pitch` apart (0 for one row),
+// `span` bytes from the first byte to past the last.
+struct Extent {
+  int64_t n, pitch, len, span;
+};
+// Its row bytes; false when they pass int64 (or the view has more than kMaxDims dims).
+bool row_bytes(const TensorView& t, Extent* e) {
+  if (t.ndim < 0 || t.ndim > kMaxDims) return false;
+  e->len = static_cast<int64_t>(dtype_size(t.dtype));
+  for (int d = 1; d < t.ndim; ++d)
+    if (t.shape[d] < 0 || __builtin_mul_overflow(e->len, t.shape[d], &e->len)) return false;
+  return true;
+}
+// All of it; false past int64, or for rows at a negative pitch. No memory holds a view that int64
+// cannot count.
+bool extent_of(const TensorView& t, Extent* e) {
+  if (!row_bytes(t, e)) return false;
+  e->n = t.ndim > 0 ? t.shape[0] : 1;
+  e->pitch = 0;
+  e->span = 0;
+  if (e->n < 0) return false;
+  if (e->n > 1 && (t.stride[0] < 0 || __builtin_mul_overflow(t.stride[0], static_cast<int64_t>(dtype_size(t.dtype)),
+                                                               &e->pitch)))
+    return false;
+  return e->n == 0 || mul_add(e->n - 1, e->pitch, e->len, &e->span);
+}
+
 }  // namespace
 
 bool DTypeRule::accepts(DType t) const {
@@ -62,7 +89,6 @@ std::string DTypeRule::note() const {
 }
 
 std::string describe_view(const TensorView& t, bool with_device) {
-  if (t.present() && t.ndim > kMaxDims) return "a view with ndim " + std::to_string(t.ndim);
   std::string s = t.describe();
   if (with_device && t.present() && t.device != Device::kCUDA) s += " on " + device_text(t.device, t.device_index);
   return s;
@@ -114,6 +140,9 @@ Status Validator::tensor(const char* name, const TensorView& t, const DTypeRule&
   return layout(name, t);
 }
 
+// Device, then geometry: dims 1.. dense, dim 0's stride at least a row, a byte span int64 can
+// count, memory behind a non-empty view, a pointer aligned to the element size.
+
 Status Validator::layout(const char* name, const TensorView& t) {
   if (t.device != Device::kCPU && t.device != Device::kCUDA) {
     return fail(std::string(name) + " must be on cpu or cuda, got " + describe_view(t, true));
@@ -127,12 +156,35 @@ Status Validator::layout(const char* name, const TensorView& t) {
     return fail(std::string(name) + " must be on " + device_text(device_, device_index_) + " like " + device_name_ +
                 ", got " + describe_view(t, true));
   }
-  if (t.numel() > 0 && !t.inner_contiguous()) {  // an empty tensor has no layout to get wrong
-    return fail(std::string(name) + " must be dense in every dim but dim 0 (which may be strided), got " +
-                describe_view(t) + " with strides " + strides_text(t));
+  Extent e;
+  auto too_big = [&] {
+    return fail(std::string(name) + " spans more bytes than int64 counts, got " + describe_view(t) + " with strides " +
+                strides_text(t));
+  };
+  if (!row_bytes(t, &e)) return too_big();
+  if (t.numel() > 0) {  // an empty tensor has no layout to get wrong (and is never read)
+    TensorView inner = t;  // dims 1.. alone
+    if (inner.ndim > 0) inner.shape[0] = 1;
+    if (!inner.inner_contiguous()) {
+      return fail(std::string(name) + " must be dense in every dim but dim 0 (which may be strided), got " +
+                  describe_view(t) + " with strides " + strides_text(t));
+    }
+    if (!t.inner_contiguous()) {
+      return fail(std::string(name) + " must have a dim-0 stride of at least its row size (" +
+                  std::to_string(e.len / static_cast<int64_t>(dtype_size(t.dtype))) +
+                  " elements: rows may lie apart, never overlap), got " + describe_view(t) + " with strides " +
+                  strides_text(t));
+    }
+    if (!extent_of(t, &e)) return too_big();
   }
   if (t.data == nullptr && t.numel() > 0) {
     return fail(std::string(name) + " must point to memory, got a null data pointer for " + describe_view(t));
+  }
+  const size_t es = dtype_size(t.dtype);
+  if (reinterpret_cast<uintptr_t>(t.data) % es != 0) {
+    return fail(std::string(name) + " must be aligned to its element size (" + std::to_string(es) +
+                " bytes), got a pointer " + std::to_string(reinterpret_cast<uintptr_t>(t.data) % es) +
+                " bytes past a boundary for " + describe_view(t));
   }
   return Status::Ok();
 }
@@ -160,8 +212,9 @@ Status Validator::state_layout(StateLayout l) const {
 }
 
 Status Validator::scale(const std::optional<double>& s) const {
-  if (!s || (std::isfinite(*s) && *s > 0)) return Status::Ok();
-  return fail("scale must be finite and > 0 (or absent for K^-1/2), got " + number_text(*s));
+  // The kernels take it as a float: finite and > 0 there.
+  if (!s || (std::isfinite(static_cast<float>(*s)) && static_cast<float>(*s) > 0)) return Status::Ok();
+  return fail("scale must be finite and > 0 in float32 (or absent for K^-1/2), got " + number_text(*s));
 }
 
 Status Validator::conv_width(const char* name, const TensorView& weight) const {
@@ -197,24 +250,24 @@ Status check_slots_pair(Validator& v, const TensorView& si, const TensorView& na
 
 bool overlaps(const TensorView& a, const TensorView& b) {
   if (!a.present() || !b.present() || a.numel() == 0 || b.numel() == 0 || a.device != b.device) return false;
-  // Rows of dense bytes (dim 0 strided, the rest dense: validated): n rows of len bytes, pitch apart.
+  // Rows of dense bytes (dim 0 strided, the rest dense): n rows of len bytes, pitch apart. A view
+  // whose extent int64 cannot count overlaps nothing here: its own check refuses it.
   struct Rows {
     int64_t n, pitch, len;
     uintptr_t lo, hi;  // [first byte, last byte + 1)
   };
-  auto rows_of = [](const TensorView& t) {
-    const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
-    int64_t row = 1;
-    for (int d = 1; d < t.ndim; ++d) row *= t.shape[d];
+  Extent ea, eb;
+  if (!extent_of(a, &ea) || !extent_of(b, &eb)) return false;
+  auto rows_of = [](const TensorView& t, const Extent& e) {
     Rows r;
-    r.n = t.ndim > 0 ? t.shape[0] : 1;
-    r.pitch = (t.ndim > 0 ? t.stride[0] : 0) * es;
-    r.len = row * es;
+    r.n = e.n;
+    r.pitch = e.pitch;
+    r.len = e.len;
     r.lo = reinterpret_cast<uintptr_t>(t.data);
-    r.hi = r.lo + static_cast<uintptr_t>((r.n - 1) * r.pitch + r.len);
+    r.hi = r.lo + static_cast<uintptr_t>(e.span);
     return r;
   };
-  const Rows ra = rows_of(a), rb = rows_of(b);
+  const Rows ra = rows_of(a, ea), rb = rows_of(b, eb);
   if (!(ra.lo < rb.hi && rb.lo < ra.hi)) return false;
   // Rows at one pitch (column slices of one buffer): row i of a meets row j of b iff k = i - j has
   // k pitch in (d - len_a, d + len_b), d = b - a; exact. Other pitches: the spans (conservative).

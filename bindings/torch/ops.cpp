@@ -60,17 +60,18 @@ void causal_conv1d_fwd_into(const Tensor& y, const Tensor& x, const Tensor& weig
                             const Opt<Tensor>& has_initial_state, const std::string& activation,
                             const Opt<int64_t>& null_block_id) {
   CausalConv1dFwdArgs a;
+  Written w(kConvFwd);
   a.x = to_view(x, kConvFwd, "x");
   a.weight = to_view(weight, kConvFwd, "weight");
   a.bias = to_view(bias, kConvFwd, "bias");
-  a.conv_state = to_view(conv_state, kConvFwd, "conv_state");
+  a.conv_state = w.view(conv_state, "conv_state");
   a.query_start_loc = to_view(query_start_loc, kConvFwd, "query_start_loc");
   a.state_indices = to_view(state_indices, kConvFwd, "state_indices");
   a.has_initial_state = to_view(has_initial_state, kConvFwd, "has_initial_state");
-  a.y = to_view(y, kConvFwd, "y");
+  a.y = w.view(y, "y");
   check(parse_activation(activation, &a.activation), kConvFwd);
   a.null_block_id = opt_int(null_block_id);
-  check(gdn::causal_conv1d_fwd(a, current_stream(x.device())));
+  w.done(gdn::causal_conv1d_fwd(a, current_stream(x.device())));
 }
 
 Tensor causal_conv1d_fwd_op(const Tensor& x, const Tensor& weight, const Opt<Tensor>& bias, Tensor& conv_state,
@@ -101,18 +102,19 @@ void causal_conv1d_update_into(const Tensor& y, const Tensor& x, const Tensor& w
                                const Opt<Tensor>& num_accepted_tokens, const std::string& spec_layout,
                                const std::string& activation, const Opt<int64_t>& null_block_id) {
   CausalConv1dUpdateArgs a;
+  Written w(kConvUpdate);
   a.x = to_view(x, kConvUpdate, "x");
   a.weight = to_view(weight, kConvUpdate, "weight");
   a.bias = to_view(bias, kConvUpdate, "bias");
-  a.conv_state = to_view(conv_state, kConvUpdate, "conv_state");
+  a.conv_state = w.view(conv_state, "conv_state");
   a.query_start_loc = to_view(query_start_loc, kConvUpdate, "query_start_loc");
   a.state_indices = to_view(state_indices, kConvUpdate, "state_indices");
   a.num_accepted_tokens = to_view(num_accepted_tokens, kConvUpdate, "num_accepted_tokens");
-  a.y = to_view(y, kConvUpdate, "y");
+  a.y = w.view(y, "y");
   check(parse_spec_conv_layout(spec_layout, &a.spec_layout), kConvUpdate);
   check(parse_activation(activation, &a.activation), kConvUpdate);
   a.null_block_id = opt_int(null_block_id);
-  check(gdn::causal_conv1d_update(a, current_stream(x.device())));
+  w.done(gdn::causal_conv1d_update(a, current_stream(x.device())));
 }
 
 Tensor causal_conv1d_update_op(const Tensor& x, const Tensor& weight, const Opt<Tensor>& bias, Tensor& conv_state,
@@ -160,6 +162,7 @@ void gated_delta_rule_into(bool chunked, const Tensor& o, const Tensor& q, const
                            const GdrDeferred& deferred = {}) {
   const char* op = chunked ? kChunked : kRecurrent;
   GatedDeltaRuleArgs a;
+  Written w(op);
   a.q = to_view(q, op, "q");
   a.k = to_view(k, op, "k");
   a.v = to_view(v, op, "v");
@@ -167,24 +170,24 @@ void gated_delta_rule_into(bool chunked, const Tensor& o, const Tensor& q, const
   a.b = to_view(b_raw, op, "b");
   a.A_log = to_view(A_log, op, "A_log");
   a.dt_bias = to_view(dt_bias, op, "dt_bias");
-  a.ssm_state = to_view(ssm_state, op, "ssm_state");
+  a.ssm_state = w.view(ssm_state, "ssm_state");
   a.query_start_loc = to_view(query_start_loc, op, "query_start_loc");
   a.state_indices = to_view(state_indices, op, "state_indices");
   a.num_accepted_tokens = to_view(num_accepted_tokens, op, "num_accepted_tokens");
   a.has_initial_state = to_view(has_initial_state, op, "has_initial_state");
-  a.o = to_view(o, op, "o");
+  a.o = w.view(o, "o");
   check(parse_state_layout(state_layout, &a.state_layout), op);
   a.scale = opt_double(scale);
   a.null_block_id = opt_int(null_block_id);
   a.qk_l2norm = qk_l2norm;
   a.beta_sigmoid = beta_sigmoid;
   a.verify_log = opt_view(deferred.verify_log, op, "verify_log");
-  a.verify_log_out = opt_view(deferred.verify_log_out, op, "verify_log_out");
+  if (deferred.verify_log_out) a.verify_log_out = w.view(*deferred.verify_log_out, "verify_log_out");
   a.log_tokens = deferred.log_tokens;
   a.token_parents = opt_view(deferred.token_parents, op, "token_parents");
   a.accepted_path = opt_view(deferred.accepted_path, op, "accepted_path");
   void* stream = current_stream(q.device());
-  check(chunked ? gdn::gated_delta_rule_chunked(a, stream) : gdn::gated_delta_rule_recurrent(a, stream));
+  w.done(chunked ? gdn::gated_delta_rule_chunked(a, stream) : gdn::gated_delta_rule_recurrent(a, stream));
 }
 
 Tensor gated_delta_rule_recurrent_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
@@ -259,16 +262,17 @@ void gdn_attention_op(Tensor& core_attn_out, Tensor& z, const Tensor& projected_
   c10::OptionalDeviceGuard guard(at::device_of(projected_states_qkvz));
   const char* op = kAttention;
   GdnAttentionArgs a;
-  a.core_attn_out = to_view(core_attn_out, op, "core_attn_out");
-  a.z = to_view(z, op, "z");
+  Written w(op);
+  a.core_attn_out = w.view(core_attn_out, "core_attn_out");
+  a.z = w.view(z, "z");
   a.projected_states_qkvz = to_view(projected_states_qkvz, op, "projected_states_qkvz");
   a.projected_states_ba = to_view(projected_states_ba, op, "projected_states_ba");
   a.num_k_heads = num_k_heads;
   a.num_v_heads = num_v_heads;
   a.head_k_dim = head_k_dim;
   a.head_v_dim = head_v_dim;
-  a.conv_state = to_view(conv_state, op, "conv_state");
-  a.ssm_state = to_view(ssm_state, op, "ssm_state");
+  a.conv_state = w.view(conv_state, "conv_state");
+  a.ssm_state = w.view(ssm_state, "ssm_state");
   a.conv_weights = to_view(conv_weights, op, "conv_weights");
   a.conv_bias = to_view(conv_bias, op, "conv_bias");
   check(parse_activation(activation, &a.activation), op);
@@ -291,14 +295,14 @@ void gdn_attention_op(Tensor& core_attn_out, Tensor& z, const Tensor& projected_
   a.null_block_id = opt_int(null_block_id);
   check(parse_spec_conv_layout(spec_conv_layout, &a.spec_conv_layout), op);
   a.verify_log = to_view(verify_log, op, "verify_log");
-  a.verify_log_out = to_view(verify_log_out, op, "verify_log_out");
+  a.verify_log_out = w.view(verify_log_out, "verify_log_out");
   a.conv_log = to_view(conv_log, op, "conv_log");
-  a.conv_log_out = to_view(conv_log_out, op, "conv_log_out");
+  a.conv_log_out = w.view(conv_log_out, "conv_log_out");
   a.non_spec_num_accepted_tokens = to_view(non_spec_num_accepted_tokens, op, "non_spec_num_accepted_tokens");
   a.spec_accepted_path = to_view(spec_accepted_path, op, "spec_accepted_path");
   a.non_spec_accepted_path = to_view(non_spec_accepted_path, op, "non_spec_accepted_path");
   a.spec_token_parents = to_view(spec_token_parents, op, "spec_token_parents");
-  check(gdn::gdn_attention(a, current_stream(projected_states_qkvz.device())));
+  w.done(gdn::gdn_attention(a, current_stream(projected_states_qkvz.device())));
 }
 
 // ---- schemas --------------------------------------------------------------------------------

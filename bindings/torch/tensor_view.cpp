@@ -1,6 +1,8 @@
 // at::Tensor -> gdn::TensorView conversion, status -> exception, and the caller's stream.
 #include "tensor_view.h"
 
+#include <c10/core/GradMode.h>
+
 #ifdef GDN_TORCH_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -64,6 +66,25 @@ TensorView to_view(const at::Tensor& t, const char* op, const char* name) {
 TensorView to_view(const c10::optional<at::Tensor>& t, const char* op, const char* name) {
   if (!t.has_value()) return TensorView();
   return to_view(*t, op, name);
+}
+
+TensorView Written::view(const at::Tensor& t, const char* name) {
+  if (!t.defined()) return TensorView();
+  TORCH_CHECK(!(c10::GradMode::is_enabled() && t.requires_grad() && t.is_leaf()), op_, ": ", name,
+              " is a leaf tensor that requires grad, which the op would write in place (torch refuses that for "
+              "its own in-place ops; pass a tensor without requires_grad, or call under torch.no_grad())");
+  tensors_.push_back(t);
+  return to_view(t, op_, name);
+}
+
+TensorView Written::view(const c10::optional<at::Tensor>& t, const char* name) {
+  return t.has_value() ? view(*t, name) : TensorView();
+}
+
+void Written::done(const Status& status) {
+  check(status);
+  for (const at::Tensor& t : tensors_)
+    if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
 }
 
 void check(const Status& status) { TORCH_CHECK(status.ok(), status.message()); }

@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/Optional.h>
 
+#include <vector>
+
 #include "gdn/ops.h"
 
 namespace gdn::torch_binding {
@@ -16,6 +18,24 @@ namespace gdn::torch_binding {
 // (an unsupported dtype or device, more than kMaxDims dimensions).
 TensorView to_view(const at::Tensor& t, const char* op, const char* name);
 TensorView to_view(const c10::optional<at::Tensor>& t, const char* op, const char* name);
+
+// The tensors an op writes in place (the schema's (a!) arguments), as views. Each is refused when it
+// is a leaf that requires grad while grad mode is on, as torch refuses its own in-place ops; after a
+// successful call (done) their version counters are bumped, as torch's in-place ops bump theirs, so
+// that autograd notices when a tensor it saved for backward was overwritten (inference tensors have
+// no counter).
+class Written {
+ public:
+  explicit Written(const char* op) : op_(op) {}
+  TensorView view(const at::Tensor& t, const char* name);
+  TensorView view(const c10::optional<at::Tensor>& t, const char* name);
+  // check(status), then the bumps.
+  void done(const Status& status);
+
+ private:
+  const char* op_;
+  std::vector<at::Tensor> tensors_;
+};
 
 // Raises the core's message as a c10::Error (RuntimeError in Python).
 void check(const Status& status);

@@ -5,7 +5,9 @@ runs on the caller's current stream). Arguments are validated before anything is
 argument raises ``RuntimeError`` whose message names it, what was expected and what was given, and
 a failed call changes nothing. The functions are traceable by ``torch.compile`` (the ops have fake
 implementations) and can be captured in CUDA graphs. There is no autograd: these are inference
-kernels.
+kernels. Tensors an op writes in place behave as under torch's own in-place ops: their version
+counters advance (autograd refuses a backward through a tensor the op overwrote), and a leaf that
+requires grad is refused while grad mode is on.
 
 Common conventions (docs/contract.md):
 

@@ -192,3 +192,51 @@ def test_schema_errors_raise_like_torch(conv):
     """A missing required argument is torch's own error (the schemas are plain TORCH_LIBRARY schemas)."""
     with pytest.raises((RuntimeError, TypeError)):
         torch.ops.gdn.causal_conv1d_fwd(conv.input("x"))
+
+
+def test_scale_outside_float32(rec):
+    raises(lambda: recurrent(rec, scale=1e300), "scale must be finite and > 0 in float32")
+
+
+def test_pointer_off_its_element_boundary(rec):
+    q = rec.input("q")
+    raw = torch.zeros(q.numel() * 4 + 4, dtype=torch.uint8)
+    off = torch.frombuffer(memoryview(raw.numpy()), dtype=torch.float32, count=q.numel(), offset=1).view(q.shape)
+    off.copy_(q)
+    assert off.data_ptr() % 4 == 1
+    raises(lambda: recurrent(rec, q=off), "q must be aligned to its element size (4 bytes)")
+
+
+def test_written_tensors_bump_their_version(conv, rec, attn):
+    state = rec.input("ssm_state")
+    v0 = state._version
+    recurrent(rec, ssm_state=state)
+    assert state._version > v0
+    pool = conv.input("conv_state")
+    v0 = pool._version
+    conv_fwd(conv, conv_state=pool)
+    assert pool._version > v0
+    kw = attention(attn)
+    versions = {n: kw[n]._version for n in ("core_attn_out", "z", "conv_state", "ssm_state")}
+    attention(attn, **{n: kw[n] for n in versions})
+    for n, v in versions.items():
+        assert kw[n]._version > v, n
+
+
+def test_autograd_sees_a_saved_tensor_overwritten(rec):
+    base = rec.input("ssm_state").clone().requires_grad_(True)
+    pool = base * 1.0  # saved by the product below for its backward
+    loss = (pool * pool).sum()
+    recurrent(rec, ssm_state=pool.detach())  # same storage and version counter as pool
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_leaf_that_requires_grad_is_not_written(rec):
+    state = rec.input("ssm_state").clone().requires_grad_(True)
+    before = state.detach().clone()
+    raises(lambda: recurrent(rec, ssm_state=state), "ssm_state is a leaf tensor that requires grad")
+    assert bit_equal(state.detach(), before)
+    with torch.no_grad():
+        recurrent(rec, ssm_state=state)  # torch.no_grad(): as torch's own in-place ops
+    assert not bit_equal(state.detach(), before)
