@@ -67,7 +67,7 @@ struct Group {
   std::optional<int64_t> null_block_id;
   int64_t replay_cols = 0;  // deferred commit: nat holds replay counts in [0, replay_cols] (log_cols)
   bool deferred = false;    // deferred commit: one slot per sequence (column 0)
-  TensorView has_init;      // deferred commit: a sequence without an initial state replays nothing
+  TensorView has_init{};    // deferred commit: a sequence without an initial state replays nothing
   const char* nat_name = "num_accepted_tokens";
 };
 
