@@ -41,8 +41,9 @@ const char* torch_dtype_name(at::ScalarType s) {
 TensorView to_view(const at::Tensor& t, const char* op, const char* name) {
   TensorView v;
   if (!t.defined()) return v;  // absent
-  TORCH_CHECK(to_dtype(t.scalar_type(), &v.dtype), op, ": ", name, " must have a dtype gdn-kernels takes (float32, bfloat16, float16, float64, "
-              "int32, int64 or bool), got ", torch_dtype_name(t.scalar_type()), " ", t.sizes());
+  TORCH_CHECK(to_dtype(t.scalar_type(), &v.dtype), op, ": ", name,
+              " must have a dtype gdn-kernels takes (values: float32, bfloat16, float16 or float64; indices: int32 "
+              "or int64; flags: bool), got ", torch_dtype_name(t.scalar_type()), " ", t.sizes());
   if (t.device().is_cpu()) {
     v.device = Device::kCPU;
     v.device_index = 0;

@@ -350,8 +350,8 @@ def gdn_attention(
     and decodes. The query scale is ``K ** -0.5``.
 
     Args:
-        core_attn_out: ``[rows, HV, V]`` output, dtype of the projections; rows
-            ``< num_actual_tokens`` are written (zeros for padded sequences), later rows untouched.
+        core_attn_out: ``[rows, HV, V]`` output, dtype of the projections; the rows of the
+            sequences' tokens are written (zeros for padded sequences), other rows untouched.
         z: ``[rows, HV, V]``: the z part of the projections, copied for every row
             ``< num_actual_tokens``.
         projected_states_qkvz: ``[rows, H (2K + 2 (HV/H) V)]`` float32 / bfloat16 / float16;

@@ -72,7 +72,7 @@ def raises(fn, *needles):
 
 def test_unsupported_index_dtype(conv):
     raises(lambda: conv_fwd(conv, state_indices=conv.input("state_indices").to(torch.int16)),
-           "causal_conv1d_fwd", "state_indices", "int16")
+           "causal_conv1d_fwd", "state_indices", "indices: int32 or int64", "got int16")
 
 
 def test_unsupported_dtype_of_activation(conv):
