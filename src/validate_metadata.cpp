@@ -9,10 +9,14 @@
 //      (where the slot of column a_i - 1 is usable too) T_i > cols; in the deferred-commit mode, a
 //      replay count outside [0, log_cols] of a sequence that is not padding and has an initial
 //      state (the count is ignored otherwise);
-//   4. a remap index (gdn_attention token_indx) outside [0, num_actual_tokens).
+//   4. a remap index (gdn_attention token_indx) outside [0, num_actual_tokens);
+//   5. a slot that one sequence writes and another sequence of the call (either group) reads or
+//      writes: their updates would race (docs/contract.md §3).
 // The index tensors must be on the CPU; the other tensors may live anywhere (only their shapes
 // are used), so an engine can check a host copy of its metadata against device buffers.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "validate_util.h"
 
@@ -136,6 +140,57 @@ Status check_group(const Validator& v, const Group& g) {
   return Status::Ok();
 }
 
+// Check 5 over the groups of a call whose metadata passed checks 1-4: every slot a sequence that is
+// not padding reads or writes (§3: a sequence of tokens writes its slot, a verify sequence reads
+// column a-1 and writes columns t < T; in the deferred mode each sequence writes its one slot, a
+// zero-length one included), then the first slot written by one sequence and used by another.
+Status check_shared_slots(const Validator& v, std::initializer_list<const Group*> groups) {
+  struct Use {
+    int64_t slot;
+    bool writes;
+    const Group* g;
+    int64_t i, c;
+  };
+  std::vector<Use> uses;
+  for (const Group* gp : groups) {
+    const Group& g = *gp;
+    const int64_t n = g.slots.shape[0], cols = g.slots.ndim > 1 ? g.slots.shape[1] : 1;
+    auto usable = [&](int64_t s) { return !is_padding_slot(s, g.null_block_id); };  // in range: check 2
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t T = std::max<int64_t>(0, read_index(g.qsl, i + 1) - read_index(g.qsl, i));
+      const int64_t s0 = read_index(g.slots, i, 0);
+      if (!usable(s0)) continue;
+      if (g.deferred || (!g.nat.present() && T > 0)) {
+        uses.push_back({s0, true, gp, i, 0});
+        continue;
+      }
+      if (!g.nat.present() || T == 0) continue;
+      const int64_t a = read_index(g.nat, i);  // in [1, cols]: check 3
+      if (!usable(read_index(g.slots, i, a - 1))) continue;  // padding
+      uses.push_back({read_index(g.slots, i, a - 1), false, gp, i, a - 1});
+      for (int64_t t = 0; t < std::min(T, cols); ++t)
+        if (usable(read_index(g.slots, i, t))) uses.push_back({read_index(g.slots, i, t), true, gp, i, t});
+    }
+  }
+  std::stable_sort(uses.begin(), uses.end(), [](const Use& x, const Use& y) { return x.slot < y.slot; });
+  for (size_t lo = 0, hi = 0; lo < uses.size(); lo = hi) {
+    for (hi = lo; hi < uses.size() && uses[hi].slot == uses[lo].slot; ++hi) {}
+    for (size_t w = lo; w < hi; ++w) {
+      if (!uses[w].writes) continue;
+      for (size_t o = lo; o < hi; ++o) {
+        const Use& x = uses[w];
+        const Use& y = uses[o];
+        if (y.g == x.g && y.i == x.i) continue;
+        return v.fail(element(x.g->slots_name, x.g->slots, x.i, x.c) + " = " + str(x.slot) + ", which sequence " +
+                      str(x.i) + " writes, is also " + (y.writes ? "written" : "read") + " by sequence " + str(y.i) +
+                      " (" + element(y.g->slots_name, y.g->slots, y.i, y.c) +
+                      "): sequences of one call must not share a slot one of them writes");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Group primitive_group(const TensorView& qsl, const TensorView& slots, const TensorView& nat, int64_t limit,
                       const char* limit_what, int64_t num_slots, const char* pool_what,
                       const std::optional<int64_t>& null_block_id) {
@@ -152,8 +207,10 @@ Status check_metadata(const CausalConv1dFwdArgs& args) {
   CausalConv1dFwdArgs a = args;
   for (TensorView* t : {&a.query_start_loc, &a.state_indices, &a.has_initial_state}) as_if_on(a.x, t);
   GDN_RETURN_IF_ERROR(validate(a));
-  return check_group(v, primitive_group(args.query_start_loc, args.state_indices, TensorView{}, args.x.shape[0],
-                                        "rows of x", args.conv_state.shape[0], "conv_state", args.null_block_id));
+  const Group g = primitive_group(args.query_start_loc, args.state_indices, TensorView{}, args.x.shape[0], "rows of x",
+                                  args.conv_state.shape[0], "conv_state", args.null_block_id);
+  GDN_RETURN_IF_ERROR(check_group(v, g));
+  return check_shared_slots(v, {&g});
 }
 
 Status check_metadata(const CausalConv1dUpdateArgs& args) {
@@ -164,9 +221,11 @@ Status check_metadata(const CausalConv1dUpdateArgs& args) {
   CausalConv1dUpdateArgs a = args;
   for (TensorView* t : {&a.query_start_loc, &a.state_indices, &a.num_accepted_tokens}) as_if_on(a.x, t);
   GDN_RETURN_IF_ERROR(validate(a));
-  return check_group(v, primitive_group(args.query_start_loc, args.state_indices, args.num_accepted_tokens,
-                                        args.x.shape[0], "rows of x", args.conv_state.shape[0], "conv_state",
-                                        args.null_block_id));
+  const Group g = primitive_group(args.query_start_loc, args.state_indices, args.num_accepted_tokens,
+                                  args.x.shape[0], "rows of x", args.conv_state.shape[0], "conv_state",
+                                  args.null_block_id);
+  GDN_RETURN_IF_ERROR(check_group(v, g));
+  return check_shared_slots(v, {&g});
 }
 
 Status check_metadata(const GatedDeltaRuleArgs& args) {
@@ -188,7 +247,8 @@ Status check_metadata(const GatedDeltaRuleArgs& args) {
     g.replay_cols = args.verify_log.shape[1];
     g.has_init = args.has_initial_state;
   }
-  return check_group(v, g);
+  GDN_RETURN_IF_ERROR(check_group(v, g));
+  return check_shared_slots(v, {&g});
 }
 
 Status check_metadata(const GdnAttentionArgs& args) {
@@ -223,6 +283,8 @@ Status check_metadata(const GdnAttentionArgs& args) {
                            : std::make_pair(args.num_actual_tokens, std::string("num_actual_tokens"));
   };
   // A group with no sequences may leave its tensors out.
+  std::vector<Group> groups;
+  groups.reserve(2);
   if (args.non_spec_state_indices_tensor.present() && args.non_spec_query_start_loc.present()) {
     const auto limit = limit_of(args.non_spec_token_indx, "non_spec_token_indx");
     Group g{"non_spec_query_start_loc", args.non_spec_query_start_loc, "non_spec_state_indices_tensor",
@@ -234,6 +296,7 @@ Status check_metadata(const GdnAttentionArgs& args) {
       g.deferred = true, g.replay_cols = log_cols, g.has_init = args.has_initial_state;
     }
     GDN_RETURN_IF_ERROR(check_group(v, g));
+    groups.push_back(g);
   }
   if (args.spec_state_indices_tensor.present() && args.spec_query_start_loc.present()) {
     const auto limit = limit_of(args.spec_token_indx, "spec_token_indx");
@@ -243,8 +306,10 @@ Status check_metadata(const GdnAttentionArgs& args) {
             args.null_block_id};
     if (deferred) g.deferred = true, g.replay_cols = log_cols;
     GDN_RETURN_IF_ERROR(check_group(v, g));
+    groups.push_back(g);
   }
-  return Status::Ok();
+  if (groups.size() == 2) return check_shared_slots(v, {&groups[0], &groups[1]});
+  return groups.empty() ? Status::Ok() : check_shared_slots(v, {&groups[0]});
 }
 
 }  // namespace gdn

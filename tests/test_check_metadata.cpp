@@ -248,5 +248,49 @@ TEST(CheckMetadata, StridedIndexTensorsAreReadByStride) {
   expect_metadata_error(c, {"state_indices[2] = 9 is outside [0, 5)"});
 }
 
+// Check 5: a slot one sequence writes must not be read or written by another sequence of the call
+// (their updates would race on both backends); slots only read by several sequences, zero-length
+// sequences (outside the deferred mode) and padding share freely.
+TEST(CheckMetadata, SlotWrittenByTwoSequences) {
+  GdrCase c;
+  c.args.state_indices = c.pool.ints(kI32, {2}, {1, 1});
+  expect_metadata_error(c, {"state_indices[0] = 1, which sequence 0 writes, is also written by sequence 1",
+                            "must not share a slot one of them writes"});
+  c.args.query_start_loc = c.pool.ints(kI32, {3}, {0, 5, 5});  // sequence 1 has no tokens: writes nothing
+  expect_metadata_ok(c);
+  c.args.state_indices = c.pool.ints(kI32, {2}, {-1, -1});  // padding
+  expect_metadata_ok(c);
+}
+
+TEST(CheckMetadata, VerifySlotReadByOneAndWrittenByAnother) {
+  GdrCase c;
+  c.verify();  // sequence 0: T = 3 reads column 1 (slot 1), writes slots 0, 1, 2
+  c.args.state_indices = c.pool.ints(kI32, {2, 3}, {0, 1, 2, 3, 2, -1});
+  c.args.num_accepted_tokens = c.pool.ints(kI32, {2}, {2, 2});  // sequence 1 reads column 1: slot 2
+  expect_metadata_error(c, {"state_indices[0, 2] = 2, which sequence 0 writes, is also read by sequence 1",
+                            "(state_indices[1, 1])"});
+  // Both read slot 1 and neither writes it (T = 1 writes column 0 only): fine.
+  c.args.query_start_loc = c.pool.ints(kI32, {3}, {0, 1, 2});
+  c.args.state_indices = c.pool.ints(kI32, {2, 3}, {0, 1, -1, 2, 1, -1});
+  expect_metadata_ok(c);
+}
+
+TEST(CheckMetadata, SlotSharedAcrossTheGroupsOfGdnAttention) {
+  AttentionCase c;
+  c.args.non_spec_state_indices_tensor = c.pool.ints(kI32, {2}, {0, 2});  // the verify sequence's column 0
+  expect_metadata_error(c, {"non_spec_state_indices_tensor[1] = 2, which sequence 1 writes, is also read by "
+                            "sequence 0 (spec_state_indices_tensor[0, 0])"});
+}
+
+TEST(CheckMetadata, DeferredZeroLengthSequencesWriteTheirSlot) {
+  GdrCase c;
+  c.args.state_indices = c.pool.ints(kI32, {2}, {1, 1});
+  c.args.num_accepted_tokens = c.pool.ints(kI32, {2}, {0, 0});
+  c.args.verify_log = c.pool.make(kF32, {4, 2, 4, 8 + 4 + 2});
+  c.args.verify_log_out = c.pool.make(kF32, {4, 2, 4, 8 + 4 + 2});
+  c.args.query_start_loc = c.pool.ints(kI32, {3}, {0, 5, 5});  // commits its replay: a write
+  expect_metadata_error(c, {"state_indices[0] = 1, which sequence 0 writes, is also written by sequence 1"});
+}
+
 }  // namespace
 }  // namespace gdn_test
