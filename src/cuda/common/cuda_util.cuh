@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -193,7 +194,11 @@ struct DeviceProps {
 inline DeviceProps device_props(int device) {
   constexpr int kMaxDev = 64;
   static DeviceProps cache[kMaxDev];  // sms == 0: not yet queried
-  if (device >= 0 && device < kMaxDev && cache[device].sms > 0) return cache[device];
+  static std::mutex mu;               // callers on several threads: whole entries only
+  if (device >= 0 && device < kMaxDev) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (cache[device].sms > 0) return cache[device];
+  }
   DeviceProps d;
   int smem = 0;
   if (cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
@@ -203,7 +208,10 @@ inline DeviceProps device_props(int device) {
     return DeviceProps{};
   }
   d.smem_optin = static_cast<size_t>(smem);
-  if (device >= 0 && device < kMaxDev) cache[device] = d;  // same values from any thread
+  if (device >= 0 && device < kMaxDev) {
+    std::lock_guard<std::mutex> lock(mu);
+    cache[device] = d;
+  }
   return d;
 }
 // The current device, its compute capability and SM count.
