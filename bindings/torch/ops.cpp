@@ -71,7 +71,7 @@ void causal_conv1d_fwd_into(const Tensor& y, const Tensor& x, const Tensor& weig
   a.y = w.view(y, "y");
   check(parse_activation(activation, &a.activation), kConvFwd);
   a.null_block_id = opt_int(null_block_id);
-  w.done(gdn::causal_conv1d_fwd(a, current_stream(x.device())));
+  w.done(gdn::causal_conv1d_fwd(a, prepare_call(x.device())));
 }
 
 Tensor causal_conv1d_fwd_op(const Tensor& x, const Tensor& weight, const Opt<Tensor>& bias, Tensor& conv_state,
@@ -114,7 +114,7 @@ void causal_conv1d_update_into(const Tensor& y, const Tensor& x, const Tensor& w
   check(parse_spec_conv_layout(spec_layout, &a.spec_layout), kConvUpdate);
   check(parse_activation(activation, &a.activation), kConvUpdate);
   a.null_block_id = opt_int(null_block_id);
-  w.done(gdn::causal_conv1d_update(a, current_stream(x.device())));
+  w.done(gdn::causal_conv1d_update(a, prepare_call(x.device())));
 }
 
 Tensor causal_conv1d_update_op(const Tensor& x, const Tensor& weight, const Opt<Tensor>& bias, Tensor& conv_state,
@@ -186,7 +186,7 @@ void gated_delta_rule_into(bool chunked, const Tensor& o, const Tensor& q, const
   a.log_tokens = deferred.log_tokens;
   a.token_parents = opt_view(deferred.token_parents, op, "token_parents");
   a.accepted_path = opt_view(deferred.accepted_path, op, "accepted_path");
-  void* stream = current_stream(q.device());
+  void* stream = prepare_call(q.device());
   w.done(chunked ? gdn::gated_delta_rule_chunked(a, stream) : gdn::gated_delta_rule_recurrent(a, stream));
 }
 
@@ -302,7 +302,7 @@ void gdn_attention_op(Tensor& core_attn_out, Tensor& z, const Tensor& projected_
   a.spec_accepted_path = to_view(spec_accepted_path, op, "spec_accepted_path");
   a.non_spec_accepted_path = to_view(non_spec_accepted_path, op, "non_spec_accepted_path");
   a.spec_token_parents = to_view(spec_token_parents, op, "spec_token_parents");
-  w.done(gdn::gdn_attention(a, current_stream(projected_states_qkvz.device())));
+  w.done(gdn::gdn_attention(a, prepare_call(projected_states_qkvz.device())));
 }
 
 // ---- schemas --------------------------------------------------------------------------------

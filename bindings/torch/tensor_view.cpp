@@ -1,6 +1,7 @@
 // at::Tensor -> gdn::TensorView conversion, status -> exception, and the caller's stream.
 #include "tensor_view.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
 #ifdef GDN_TORCH_WITH_CUDA
@@ -92,7 +93,8 @@ void check(const Status& status) { TORCH_CHECK(status.ok(), status.message()); }
 
 void check(const Status& status, const char* op) { TORCH_CHECK(status.ok(), op, ": ", status.message()); }
 
-void* current_stream(const at::Device& device) {
+void* prepare_call(const at::Device& device) {
+  if (device.is_cpu()) gdn::set_cpu_threads(at::get_num_threads());
 #ifdef GDN_TORCH_WITH_CUDA
   if (device.is_cuda()) return static_cast<void*>(c10::cuda::getCurrentCUDAStream(device.index()).stream());
 #else

@@ -42,8 +42,9 @@ void check(const Status& status);
 // The same for messages without the op's name (the enum parsers): "<op>: <message>".
 void check(const Status& status, const char* op);
 
-// The stream to launch on for tensors on `device`: the caller's current CUDA stream, or nullptr
-// (CPU, or a build without CUDA support in torch).
-void* current_stream(const at::Device& device);
+// Right before an op on tensors on `device`: the CPU backend's worker-thread limit set from
+// torch.get_num_threads() (gdn::set_cpu_threads), and the stream to launch on returned: the
+// caller's current CUDA stream, or nullptr (CPU, or a build without CUDA support in torch).
+void* prepare_call(const at::Device& device);
 
 }  // namespace gdn::torch_binding

@@ -191,6 +191,13 @@ Status check_metadata(const CausalConv1dUpdateArgs& args);
 Status check_metadata(const GatedDeltaRuleArgs& args);
 Status check_metadata(const GdnAttentionArgs& args);
 
+// The CPU backend's worker threads per call: at most n, or with n < 1 (the default) the CPUs this
+// process may run on (its affinity mask). Process-wide; results never depend on it. The torch
+// binding sets it from torch.get_num_threads() before each call. cpu_threads() gives the limit in
+// force.
+void set_cpu_threads(int n);
+int cpu_threads();
+
 bool cuda_backend_available();  // built with CUDA and a device is present
 
 }  // namespace gdn

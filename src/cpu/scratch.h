@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "gdn/ops.h"
+
 namespace gdn::cpu {
 
 // A bump allocator over one worker's buffer, reset for every item. Without a buffer it measures:
@@ -63,11 +65,8 @@ struct ScratchNeed {
   }
 };
 
-// Worker threads for n items: the hardware threads, at most n, at least 1.
-inline int64_t workers_for(int64_t n) {
-  const unsigned hw = std::thread::hardware_concurrency();
-  return std::max<int64_t>(1, std::min<int64_t>(hw ? hw : 1, n));
-}
+// Worker threads for n items: gdn::cpu_threads() (threads.cpp), at most n, at least 1.
+inline int64_t workers_for(int64_t n) { return std::max<int64_t>(1, std::min<int64_t>(gdn::cpu_threads(), n)); }
 
 // The arenas of `workers` threads, `bytes` each, allocated here (std::bad_alloc before any write).
 class Scratch {
