@@ -25,7 +25,7 @@ test: build
 	$(MAKE) test-python
 
 # The torch tests use the first python3 that imports torch (a pyenv shim may shadow Debian's);
-# without one they are skipped with a note. Looked up when the recipe runs, after deps.
+# without one the target fails, saying so. Looked up when the recipe runs, after deps.
 test-python: deps
 	@py=$$(for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { command -v $$p; break; }; done); \
 	if [ -z "$$py" ]; then echo "test-python: no python3 imports torch (make deps installs python3-torch)"; exit 1; fi; \

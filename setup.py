@@ -4,7 +4,7 @@ Environment:
   CMAKE_ARGS       extra CMake arguments, e.g. "-DGDN_ENABLE_CUDA=OFF" or
                    "-DCMAKE_CUDA_ARCHITECTURES=90"
   GDN_BUILD_JOBS   parallel build jobs (default: the CPU count)
-The CMake build lives in build-pip/cmake (setuptools' own files in build-pip).
+The CMake build lives in the folder cmake of setuptools' build_temp (build-pip/temp.*/cmake).
 """
 
 import os

@@ -27,6 +27,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def shown(value):
+    """A path as the results record it: relative to the source tree, else its file name (no machine's
+    folders in a results file); other values unchanged."""
+    if not isinstance(value, str) or "/" not in value:
+        return value
+    p = Path(value).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else p.name
 DEVICE = "cuda"
 TOL = 3e-2
 CHECK_PROMPT, CHECK_STEPS = 100, 4
@@ -327,7 +336,8 @@ def main(argv=None):
     fla = "not asked"
     if "fla" in names:
         fns, why = load_fla(a.fla_dir)
-        fla = f"skipped: FLA does not import from {a.fla_dir}: {why}" if fns is None else f"from {a.fla_dir}"
+        fla = (f"skipped: FLA does not import from {shown(a.fla_dir)}: {why}" if fns is None
+               else f"from {shown(a.fla_dir)}")
         if fns is not None:
             backends.append(("fla", lambda m: enable_fla(hf, m, fns)))
         print(f"fla: {fla}")
@@ -345,7 +355,8 @@ def main(argv=None):
               f"{r['phase']:8s} {r['tokens']:7d} {r['ms']:11.3f} {r['ms_per_token']:9.4f} {r['tokens_per_s']:12.1f}"))
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": device,
               "torch": torch.__version__, "transformers": transformers.__version__, "commit": git_commit(),
-              "command": " ".join(["python3"] + sys.argv), "args": vars(a), "fla": fla, "cases": cases,
+              "command": " ".join(["python3"] + [shown(x) for x in sys.argv]),
+              "args": {k: shown(v) for k, v in vars(a).items()}, "fla": fla, "cases": cases,
               "results": rows}
     with open(a.out, "w") as f:
         json.dump(report, f, indent=1)

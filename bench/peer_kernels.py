@@ -59,6 +59,12 @@ def _import_from(path, module):
     return mod
 
 
+def _in_tree(path):
+    """A path relative to this source tree (else its file name): results name no machine's folders."""
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else p.name
+
+
 def _source(path):
     f = Path(path) / "SOURCE"
     return f.read_text().splitlines()[0] if f.is_file() else "?"
@@ -154,7 +160,7 @@ def load_peer(name, peers_dir):
             d.log_in, d.log_out = log_in, log_out
             return call
         return SimpleNamespace(layout="vk", per_token=False, deferred=True, launches=1, prepare=prepare,
-                               source=f"gdn_kernels ({gdn_kernels.library_path()})",
+                               source=f"gdn_kernels ({_in_tree(gdn_kernels.library_path())})",
                                semantics="ours, deferred commit: T logged rows replayed, one state read and written")
     if name == "gdn":
         sys.path.insert(0, str(ROOT / "python"))
@@ -169,6 +175,6 @@ def load_peer(name, peers_dir):
                     state_indices=d.idx[c], num_accepted_tokens=d.acc, out=o)
             return call
         return SimpleNamespace(layout="vk", per_token=True, launches=1, prepare=prepare,
-                               source=f"gdn_kernels ({gdn_kernels.library_path()})",
+                               source=f"gdn_kernels ({_in_tree(gdn_kernels.library_path())})",
                                semantics="ours: gdn_kernels.gated_delta_rule_recurrent")
     raise ValueError(name)

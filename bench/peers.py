@@ -367,7 +367,7 @@ def load_ours(path):
         if r.get("op", "recurrent") == "recurrent" and r.get("impl", "gdn") == "gdn" and "us" in r:
             out.append({"kind": "case", "peer": "gdn(bench)", "model": r["model"], "N": r["N"], "T": r["T"],
                         "state": r["state"], "us": r["us"], "gbps": r.get("gbps"), "pct_copy": r.get("pct_copy"),
-                        "bytes": r.get("bytes"), "semantics": f"from {path} (its own run, copy "
+                        "bytes": r.get("bytes"), "semantics": f"from {Path(path).name} (its own run, copy "
                         f"{doc.get('copy_gbps', '?') if isinstance(doc, dict) else '?'} GB/s)"})
     return out
 

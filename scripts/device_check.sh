@@ -14,7 +14,7 @@ for s in $STAGES; do
   case $s in
     tests) (cd $B && ctest -j 8 --timeout 120 --output-on-failure > "$OUT/ctest.log" 2>&1); echo "ctest rc=$?"; grep -E "tests passed|tests failed" "$OUT/ctest.log"; grep -E "^\s+[0-9]+ - .*\(Failed|Timeout|SEGFAULT|Exception\)" "$OUT/ctest.log" | head -30 ;;
     replay) $B/bin/gdn replay tests/data/golden --backend cuda 2>&1 | tee "$OUT/replay.log" | tail -25 ;;
-    ptxas) nvcc -std=c++17 -O3 -arch=sm_90 -Iinclude -Isrc --expt-relaxed-constexpr -Xptxas -v -c src/cuda/launch/launch_bf16_f32.cu -o /tmp/r.o > "$OUT/ptxas.log" 2>&1; nvcc -std=c++17 -O3 -arch=sm_90 -Iinclude -Isrc --expt-relaxed-constexpr -Xptxas -v -c src/cuda/launch/launch_bf16_bf16.cu -o /tmp/r2.o >> "$OUT/ptxas.log" 2>&1; grep -E "registers|spill" "$OUT/ptxas.log" | sort | uniq -c | head -20 ;;
+    ptxas) nvcc -std=c++17 -O3 -arch=sm_90 -Iinclude -Isrc --expt-relaxed-constexpr -Xptxas -v -c src/cuda/launch/launch_bf16_f32.cu -o "$OUT/ptxas_f32.o" > "$OUT/ptxas.log" 2>&1; nvcc -std=c++17 -O3 -arch=sm_90 -Iinclude -Isrc --expt-relaxed-constexpr -Xptxas -v -c src/cuda/launch/launch_bf16_bf16.cu -o "$OUT/ptxas_bf16.o" >> "$OUT/ptxas.log" 2>&1; grep -E "registers|spill" "$OUT/ptxas.log" | sort | uniq -c | head -20 ;;
     sanitize) # every CUDA test (golden, properties, hostile metadata) under memcheck; racecheck on a subset
       timeout ${MEMCHECK_S:-150} compute-sanitizer --tool memcheck --print-limit 20 $B/bin/gdn_tests --gtest_filter="*cuda*" > "$OUT/sanitize_memcheck.log" 2>&1; echo "memcheck rc=$?"
       timeout ${RACECHECK_S:-90} compute-sanitizer --tool racecheck --print-limit 20 $B/bin/gdn_tests --gtest_filter="Golden*cuda*:*Hostile*cuda*:*Verify*cuda*" > "$OUT/sanitize_racecheck.log" 2>&1; echo "racecheck rc=$?"

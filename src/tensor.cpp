@@ -1,4 +1,5 @@
 // Tensor views, dtype names and the string forms of the op enums.
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 
@@ -83,11 +84,12 @@ TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sha
   v.dtype = dtype;
   v.device = device;
   v.device_index = device_index;
-  v.ndim = static_cast<int>(shape.size());
+  v.ndim = static_cast<int>(shape.size());  // more than kMaxDims: kept, for validation to refuse
   int d = 0;
-  for (int64_t s : shape) v.shape[d++] = s;
+  for (int64_t s : shape)
+    if (d < kMaxDims) v.shape[d++] = s;
   int64_t st = 1;
-  for (d = v.ndim - 1; d >= 0; --d) {
+  for (d = std::min(v.ndim, kMaxDims) - 1; d >= 0; --d) {
     v.stride[d] = st;
     st *= v.shape[d];
   }

@@ -28,6 +28,10 @@ TEST(ValidateViews, DescribeStaysInsideTheShapeArray) {
   TensorView t = gdn::make_view(nullptr, DType::kFloat32, {2, 3});
   t.ndim = 1000;
   EXPECT_EQ(t.describe(), "float32 view with ndim 1000");
+  const TensorView five = gdn::make_view(nullptr, DType::kFloat32, {2, 3, 4, 5, 6});  // writes 4 entries only
+  EXPECT_EQ(five.describe(), "float32 view with ndim 5");
+  EXPECT_EQ(five.stride[3], 1);
+  EXPECT_EQ(five.stride[0], 60);
   t.ndim = 4;
   t.shape[0] = kP62;
   t.shape[1] = 8;

@@ -182,8 +182,10 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleArgs& args, void* stream =
 Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& args, void* stream = nullptr);
 Status gdn_attention(const GdnAttentionArgs& args, void* stream = nullptr);
 
-// Reads the (host-resident) metadata and reports the first value that the device would have to
-// clamp or treat as padding (docs/contract.md §3, "Metadata the host cannot see"). Ok when all is valid.
+// Reads the (host-resident) metadata and reports the first value out of range: one the device would
+// have to clamp, or that silently makes a sequence padding (a slot past the pool, a remap index
+// outside the rows); and a slot two sequences would race on (docs/contract.md §3). Negative slots
+// and null_block_id are padding by intent, not reported. Ok when all is valid.
 // Index tensors must be on the CPU, and so must has_initial_state in the deferred-commit mode (it
 // says whose replay counts are read).
 Status check_metadata(const CausalConv1dFwdArgs& args);

@@ -6,7 +6,7 @@
 // and recomputes exp(g) S from them in both passes of the token (recur_token's float operations,
 // in its order): 12 rows per warp instead of 8 in the same registers. A longer sequence converts
 // the rows in two halves and runs recur_token on each half in turn (float32 rows across tokens,
-// docs/contract.md §2). The planner takes it where no verify group has more than one column: verify
+// docs/contract.md §6). The planner takes it where no verify group has more than one column: verify
 // batches measured faster in recurrent_kernel.
 #pragma once
 #include "cuda/common/rec_common.cuh"

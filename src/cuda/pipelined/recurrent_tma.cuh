@@ -20,7 +20,7 @@
 // every token of the sequence (the first token's k^, q^ and gates computed once per item; tokens past
 // kTok read straight from global memory), stores o and the states from registers, and frees the
 // stage (all 32 lanes arrive on its empty barrier); float32 verify states leave through the stage's
-// tile by bulk stores instead (kTmaBulkTok). Float32 across tokens (docs/contract.md §2); the same
+// tile by bulk stores instead (kTmaBulkTok). Float32 across tokens (docs/contract.md §6); the same
 // operations as recur_token.
 // kFused: gdn_attention's whole step (conv + gates + norms + recurrence + conv pool + z) in the same
 // pipeline. Items are then ordered (sequence, key head, value head, row tile) and a block takes
