@@ -35,7 +35,9 @@ __device__ __forceinline__ RowSeq row_seq(const ConvParams& p, int64_t i) {
   s.begin = tr.begin;
   s.end = tr.begin + tr.len;
   const int64_t slot = g.slots(i, 0);
-  s.chunk = tr.len >= p.chunk_from && rules::slot_valid(slot, p.conv.num_slots, p.has_null, p.null_id);
+  // a sequence past the group's tokens is padding (docs/contract.md §3): its window is not read
+  s.chunk = tr.len >= p.chunk_from && rules::slot_valid(slot, p.conv.num_slots, p.has_null, p.null_id) &&
+            !rules::runs_past(g.qsl(i), g.qsl(i + 1), g.limit);
   const bool init = g.has_init ? g.has_init[i * g.has_init_stride] != 0 : true;
   if (s.chunk && init) s.window = slot * p.conv.slot_stride;
   return s;
