@@ -9,12 +9,20 @@ can call gdn-kernels instead:
   value heads); with ``cu_seqlens`` (``[N + 1]``, varlen) ``B`` must be 1;
 * ``g`` ``[B, T, HV]``: the log-space decay, or with ``use_gate_in_kernel=True`` the raw input of
   ``-exp(A_log) * softplus(g + dt_bias)``; ``beta`` ``[B, T, HV]``: beta itself, or with
-  ``use_beta_sigmoid_in_kernel=True`` its logit (``allow_neg_eigval``: ``2 * sigmoid``);
+  ``use_beta_sigmoid_in_kernel=True`` its logit (``allow_neg_eigval``: ``2 * sigmoid``). In
+  ``fused_recurrent_gated_delta_rule`` either may be None, as in FLA: no decay, beta 1;
 * ``initial_state`` ``[N, HV, K, V]`` (``state_v_first=True``, or FLA's deprecated
   ``transpose_state_layout=True``: ``[N, HV, V, K]``) or None;
-* other keywords are ignored, as FLA ignores them;
-* returns ``(o, final_state)``: ``o`` ``[B, T, HV, V]`` in the dtype of ``v``, ``final_state``
-  float32 like ``initial_state``'s layout when ``output_final_state``, else None.
+* ``scale`` any number (``o`` is linear in it; the ops themselves take a positive scale);
+* q, k, v of different dtypes are computed in float32, as FLA's kernels load them;
+* ``chunk_size`` must be 16, 32 or 64, as FLA checks (the chunk kernel keeps its own size);
+  other keywords are ignored, as FLA ignores them;
+* returns ``(o, final_state)``: ``o`` ``[B, T, HV, V]`` in the dtype of ``q`` (chunk) or of ``v``
+  (fused recurrent), as FLA returns it; ``final_state`` float32 like ``initial_state``'s layout
+  when ``output_final_state``, else None.
+
+Not supported (refused): per-channel ``beta`` ``[B, T, HV, V]``, per-key / per-value decays
+(``gk``, ``gv``), context parallelism (``cp_context``).
 
 No autograd (inference kernels). ``fused_recurrent_gated_delta_rule`` runs
 ``gated_delta_rule_recurrent``, which takes every form on both backends (on CUDA the log-space
@@ -58,14 +66,24 @@ def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, us
     HV, V = v.shape[2], v.shape[3]
     if HV % H != 0:
         raise ValueError(f"num_v_heads (HV={HV}) must be a multiple of num_heads (H={H})")
-    if g is None or beta is None:
+    if chunked and (g is None or beta is None):
         raise ValueError("g and beta are required")
+    if use_gate_in_kernel and g is None:
+        raise ValueError("`g` (raw pre-activation) must be provided when `use_gate_in_kernel=True`.")
+    if g is None:  # FLA's fused recurrent: no decay
+        g = torch.zeros(B, T, HV, device=q.device, dtype=torch.float32)
+    if beta is None:  # and ones for beta, read as FLA reads them (a logit with use_beta_sigmoid_in_kernel)
+        beta = torch.ones(B, T, HV, device=q.device, dtype=torch.float32)
+    if beta.dim() == 4:
+        raise NotImplementedError("gdn_kernels.fla: per-channel beta [B, T, HV, V] is not supported; pass [B, T, HV]")
     if g.shape != (B, T, HV) or beta.shape != (B, T, HV):
         raise ValueError(f"g and beta must be [B, T, HV] = {(B, T, HV)}, got {tuple(g.shape)}, {tuple(beta.shape)}")
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
-    if use_gate_in_kernel and A_log is None:
-        raise ValueError("A_log must be provided when use_gate_in_kernel=True.")
+    if use_gate_in_kernel and A_log is None:  # FLA: an assert in chunk, a ValueError in fused recurrent
+        if chunked:
+            raise AssertionError("A_log must be provided when use_gate_in_kernel=True.")
+        raise ValueError("`A_log` must be provided when `use_gate_in_kernel=True`.")
     if cu_seqlens is not None:
         if B != 1:
             raise ValueError(f"The batch size is expected to be 1 rather than {B} when using `cu_seqlens`.")
@@ -99,15 +117,28 @@ def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, us
             dt_bias = torch.zeros(HV, device=q.device, dtype=torch.float32)
     else:
         A_log, dt_bias = None, None
+    # o is linear in the scale (the state does not depend on q): a scale <= 0 runs at |scale| (or 1)
+    # and the output is negated (or zeroed); the ops take a positive one.
+    sign = 1.0
+    if scale is not None and scale <= 0:
+        sign, scale = (-1.0, -scale) if scale < 0 else (0.0, 1.0)
     kw = dict(A_log=A_log, dt_bias=dt_bias, ssm_state=state, query_start_loc=qsl,
               state_indices=torch.arange(N, device=q.device, dtype=torch.int64), scale=scale,
               state_layout="vk" if state_v_first else "kv", qk_l2norm=use_qk_l2norm_in_kernel,
               beta_sigmoid=beta_sigmoid)
-    qf, kf = _rows(q, B * T, H, K), _rows(k, B * T, H, K)
-    vf = _rows(v.to(q.dtype), B * T, HV, V)
+    act = q.dtype if q.dtype == k.dtype == v.dtype else torch.float32  # mixed: float32, as FLA loads them
+    qf, kf = _rows(q.to(act), B * T, H, K), _rows(k.to(act), B * T, H, K)
+    vf = _rows(v.to(act), B * T, HV, V)
+    if a.dtype not in (act, torch.float32):
+        a = a.float()
+    if b.dtype not in (act, torch.float32):
+        b = b.float()
     fn = ops.gated_delta_rule_chunked if chunked else ops.gated_delta_rule_recurrent
     o = fn(qf, kf, vf, a, b, **kw)
-    return o.reshape(B, T, HV, V).to(v.dtype), (state if output_final_state else None)
+    if sign != 1.0:
+        o = o.neg_() if sign < 0 else o.zero_()
+    out_dtype = q.dtype if chunked else v.dtype
+    return o.reshape(B, T, HV, V).to(out_dtype), (state if output_final_state else None)
 
 
 def _state_v_first(state_v_first: bool, kwargs: dict) -> bool:
@@ -142,7 +173,7 @@ def chunk_gated_delta_rule(
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """FLA's ``chunk_gated_delta_rule`` (see the module doc), computed by ``gated_delta_rule_chunked``.
 
-    ``cu_seqlens_cpu``, ``chunk_indices`` and ``chunk_size`` are accepted and not needed;
+    ``cu_seqlens_cpu`` and ``chunk_indices`` are accepted and not needed, ``chunk_size`` checked;
     ``use_gate_in_kernel``, ``A_log`` and ``dt_bias`` may be passed as keywords, as in FLA.
     Context parallelism (``cp_context``) is not supported.
     """
@@ -150,6 +181,9 @@ def chunk_gated_delta_rule(
         raise NotImplementedError("gdn_kernels.fla: cp_context (context parallelism) is not supported")
     if "head_first" in kwargs:
         raise DeprecationWarning("head_first has been removed. Inputs must be in `[B, T, H, ...]` format.")
+    chunk_size = kwargs.pop("chunk_size", 64)
+    if chunk_size not in (16, 32, 64):
+        raise ValueError(f"`chunk_size` must be 16, 32, or 64 for Gated Delta Rule, got {chunk_size}.")
     del cu_seqlens_cpu, chunk_indices
     state_v_first = _state_v_first(state_v_first, kwargs)
     return _run(True, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
@@ -179,7 +213,8 @@ def fused_recurrent_gated_delta_rule(
     **kwargs,
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """FLA's ``fused_recurrent_gated_delta_rule`` (see the module doc), computed by
-    ``gated_delta_rule_recurrent``. Per-key or per-value decays (``gk``, ``gv``) are not supported."""
+    ``gated_delta_rule_recurrent``; ``g`` and ``beta`` may be None (no decay, beta 1). Per-key or
+    per-value decays (``gk``, ``gv``) are not supported."""
     if gk is not None or gv is not None:
         raise NotImplementedError("gdn_kernels.fla: gk / gv (per-channel decays) are not supported; pass g")
     state_v_first = _state_v_first(state_v_first, kwargs)

@@ -178,8 +178,14 @@ def test_fla_errors():
     q, k, v, a, blog, A_log, dt_bias, cu = make(2, [8], 2, 4, 16, 8, torch.float32, 6, False)
     with pytest.raises(ValueError, match="batch size is expected to be 1"):
         fla.chunk_gated_delta_rule(q, k, v, a, blog, cu_seqlens=torch.tensor([0, 8, 16]))
-    with pytest.raises(ValueError, match="A_log must be provided"):
+    with pytest.raises(ValueError, match="`A_log` must be provided"):
         fla.fused_recurrent_gated_delta_rule(q, k, v, a, beta=blog, use_gate_in_kernel=True)
+    with pytest.raises(AssertionError, match="A_log must be provided"):  # FLA's chunk asserts it
+        fla.chunk_gated_delta_rule(q, k, v, a, blog, use_gate_in_kernel=True)
+    with pytest.raises(ValueError, match="`chunk_size` must be 16, 32, or 64"):
+        fla.chunk_gated_delta_rule(q, k, v, a, blog, chunk_size=128)
+    with pytest.raises(NotImplementedError, match="per-channel beta"):
+        fla.fused_recurrent_gated_delta_rule(q, k, v, a, beta=torch.rand(2, 8, 4, 8))
     with pytest.raises(ValueError, match="allow_neg_eigval"):
         fla.chunk_gated_delta_rule(q, k, v, a, blog, allow_neg_eigval=True)
     with pytest.raises(ValueError, match="initial_state must be"):
@@ -192,6 +198,39 @@ def test_fla_errors():
             fla.chunk_gated_delta_rule(q1, k1, v1, a1, b1, cu_seqlens=cu)
     with pytest.raises(ValueError, match="Cannot pass both"):
         fla.fused_recurrent_gated_delta_rule(q, k, v, a, beta=blog, state_v_first=True, transpose_state_layout=True)
+
+
+def test_fla_conventions_as_fla():
+    """FLA's conventions beyond the math: fused recurrent without g (no decay) or beta (ones, read as
+    logits with use_beta_sigmoid_in_kernel); q, k, v of different dtypes computed in float32; the
+    chunk function's output in q's dtype, the recurrent one's in v's; any scale (o is linear in it);
+    chunk_size 16 / 32 / 64 accepted."""
+    q, k, v, a, blog, A_log, dt_bias, cu = make(1, [21], 2, 4, 16, 8, torch.float32, 8, False)
+    cu_ref = torch.tensor([0, 21])
+    zeros, ones = torch.zeros(1, 21, 4), torch.ones(1, 21, 4)
+    o, _ = fla.fused_recurrent_gated_delta_rule(q, k, v, use_qk_l2norm_in_kernel=True)
+    o_ref, _ = reference(flat(q), flat(k), flat(v), flat(zeros), flat(ones), 16 ** -0.5, None, cu_ref, True, False)
+    assert err_ratio(flat(o), o_ref) <= 0.002
+    o, _ = fla.fused_recurrent_gated_delta_rule(q, k, v, a.sigmoid().log(), use_beta_sigmoid_in_kernel=True,
+                                                use_qk_l2norm_in_kernel=True)
+    o_ref, _ = reference(flat(q), flat(k), flat(v), flat(a.sigmoid().log()), flat(ones.sigmoid()), 16 ** -0.5, None,
+                         cu_ref, True, False)
+    assert err_ratio(flat(o), o_ref) <= 0.002
+    g, beta = -torch.rand(1, 21, 4), torch.rand(1, 21, 4)
+    qb, kb = q.bfloat16(), k.bfloat16()
+    o_ref, _ = reference(flat(qb), flat(kb), flat(v), flat(g), flat(beta), 16 ** -0.5, None, cu_ref, True, False)
+    for call in (fla.chunk_gated_delta_rule, fla.fused_recurrent_gated_delta_rule):
+        o, _ = call(qb, kb, v, g, beta=beta, use_qk_l2norm_in_kernel=True)
+        assert o.dtype == (torch.bfloat16 if call is fla.chunk_gated_delta_rule else torch.float32)
+        if o.dtype == torch.float32:  # v is not rounded to bfloat16 first
+            assert err_ratio(flat(o), o_ref) <= 1e-5
+    o, _ = fla.chunk_gated_delta_rule(q, k, v.bfloat16(), g, beta, chunk_size=32)
+    assert o.dtype == torch.float32
+    for call in (fla.chunk_gated_delta_rule, fla.fused_recurrent_gated_delta_rule):
+        pos, _ = call(q, k, v, g, beta=beta, scale=0.125)
+        neg, _ = call(q, k, v, g, beta=beta, scale=-0.125)
+        zero, _ = call(q, k, v, g, beta=beta, scale=0.0)
+        assert torch.equal(neg, -pos) and torch.equal(zero, torch.zeros_like(pos))
 
 
 @pytest.mark.parametrize("fn", ["chunk", "recurrent"])
