@@ -106,8 +106,10 @@ def attention_args_from_vllm_metadata(
         ``non_spec_state_indices_tensor``, ``spec_query_start_loc``, ``spec_token_indx``,
         ``spec_state_indices_tensor``, ``num_accepted_tokens`` and ``num_actual_tokens``, to pass as
         keyword arguments: ``gdn_attention(core_attn_out, z, ..., tp_size=tp, reorder_input=r,
-        **attention_args_from_vllm_metadata(meta))``. Padding sequences of the non-speculative group
-        are counted as decodes.
+        spec_conv_layout="rolling", **attention_args_from_vllm_metadata(meta))``: vLLM's CUDA GDN
+        layer keeps a verify sequence's conv window as one rolling line in its pool (W - 1 + drafts
+        rows), not the op's default per-draft-slot layout. Padding sequences of the non-speculative
+        group are counted as decodes.
 
     Raises:
         ValueError: a count that the tensors cannot describe (a missing tensor, too few rows), or a
