@@ -144,7 +144,7 @@ Status check_group(const Validator& v, const Group& g) {
 // not padding reads or writes (§3: a sequence of tokens writes its slot, a verify sequence reads
 // column a-1 and writes columns t < T; in the deferred mode each sequence writes its one slot, a
 // zero-length one included), then the first slot written by one sequence and used by another.
-Status check_shared_slots(const Validator& v, std::initializer_list<const Group*> groups) {
+Status check_shared_slots(const Validator& v, const std::vector<Group>& groups) {
   struct Use {
     int64_t slot;
     bool writes;
@@ -152,8 +152,8 @@ Status check_shared_slots(const Validator& v, std::initializer_list<const Group*
     int64_t i, c;
   };
   std::vector<Use> uses;
-  for (const Group* gp : groups) {
-    const Group& g = *gp;
+  for (const Group& g : groups) {
+    const Group* gp = &g;
     const int64_t n = g.slots.shape[0], cols = g.slots.ndim > 1 ? g.slots.shape[1] : 1;
     auto usable = [&](int64_t s) { return !is_padding_slot(s, g.null_block_id); };  // in range: check 2
     for (int64_t i = 0; i < n; ++i) {
@@ -210,7 +210,7 @@ Status check_metadata(const CausalConv1dFwdArgs& args) {
   const Group g = primitive_group(args.query_start_loc, args.state_indices, TensorView{}, args.x.shape[0], "rows of x",
                                   args.conv_state.shape[0], "conv_state", args.null_block_id);
   GDN_RETURN_IF_ERROR(check_group(v, g));
-  return check_shared_slots(v, {&g});
+  return check_shared_slots(v, {g});
 }
 
 Status check_metadata(const CausalConv1dUpdateArgs& args) {
@@ -225,7 +225,7 @@ Status check_metadata(const CausalConv1dUpdateArgs& args) {
                                   args.x.shape[0], "rows of x", args.conv_state.shape[0], "conv_state",
                                   args.null_block_id);
   GDN_RETURN_IF_ERROR(check_group(v, g));
-  return check_shared_slots(v, {&g});
+  return check_shared_slots(v, {g});
 }
 
 Status check_metadata(const GatedDeltaRuleArgs& args) {
@@ -248,7 +248,7 @@ Status check_metadata(const GatedDeltaRuleArgs& args) {
     g.has_init = args.has_initial_state;
   }
   GDN_RETURN_IF_ERROR(check_group(v, g));
-  return check_shared_slots(v, {&g});
+  return check_shared_slots(v, {g});
 }
 
 Status check_metadata(const GdnAttentionArgs& args) {
@@ -308,8 +308,7 @@ Status check_metadata(const GdnAttentionArgs& args) {
     GDN_RETURN_IF_ERROR(check_group(v, g));
     groups.push_back(g);
   }
-  if (groups.size() == 2) return check_shared_slots(v, {&groups[0], &groups[1]});
-  return groups.empty() ? Status::Ok() : check_shared_slots(v, {&groups[0]});
+  return check_shared_slots(v, groups);
 }
 
 }  // namespace gdn

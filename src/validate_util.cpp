@@ -142,7 +142,6 @@ Status Validator::tensor(const char* name, const TensorView& t, const DTypeRule&
 
 // Device, then geometry: dims 1.. dense, dim 0's stride at least a row, a byte span int64 can
 // count, memory behind a non-empty view, a pointer aligned to the element size.
-
 Status Validator::layout(const char* name, const TensorView& t) {
   if (t.device != Device::kCPU && t.device != Device::kCUDA) {
     return fail(std::string(name) + " must be on cpu or cuda, got " + describe_view(t, true));
@@ -250,33 +249,20 @@ Status check_slots_pair(Validator& v, const TensorView& si, const TensorView& na
 
 bool overlaps(const TensorView& a, const TensorView& b) {
   if (!a.present() || !b.present() || a.numel() == 0 || b.numel() == 0 || a.device != b.device) return false;
-  // Rows of dense bytes (dim 0 strided, the rest dense): n rows of len bytes, pitch apart. A view
-  // whose extent int64 cannot count overlaps nothing here: its own check refuses it.
-  struct Rows {
-    int64_t n, pitch, len;
-    uintptr_t lo, hi;  // [first byte, last byte + 1)
-  };
+  // Rows of dense bytes (dim 0 strided, the rest dense: Extent). A view whose extent int64 cannot
+  // count overlaps nothing here: its own check refuses it.
   Extent ea, eb;
   if (!extent_of(a, &ea) || !extent_of(b, &eb)) return false;
-  auto rows_of = [](const TensorView& t, const Extent& e) {
-    Rows r;
-    r.n = e.n;
-    r.pitch = e.pitch;
-    r.len = e.len;
-    r.lo = reinterpret_cast<uintptr_t>(t.data);
-    r.hi = r.lo + static_cast<uintptr_t>(e.span);
-    return r;
-  };
-  const Rows ra = rows_of(a, ea), rb = rows_of(b, eb);
-  if (!(ra.lo < rb.hi && rb.lo < ra.hi)) return false;
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
+  if (!(a0 < b0 + static_cast<uintptr_t>(eb.span) && b0 < a0 + static_cast<uintptr_t>(ea.span))) return false;
   // Rows at one pitch (column slices of one buffer): row i of a meets row j of b iff k = i - j has
   // k pitch in (d - len_a, d + len_b), d = b - a; exact. Other pitches: the spans (conservative).
-  const int64_t s = ra.n > 1 ? ra.pitch : rb.pitch;
-  if ((ra.n > 1 && rb.n > 1 && ra.pitch != rb.pitch) || s <= 0) return true;
+  const int64_t s = ea.n > 1 ? ea.pitch : eb.pitch;
+  if ((ea.n > 1 && eb.n > 1 && ea.pitch != eb.pitch) || s <= 0) return true;
   auto floor_div = [](int64_t x, int64_t m) { return x >= 0 ? x / m : -((-x + m - 1) / m); };
-  const int64_t d = static_cast<int64_t>(rb.lo - ra.lo);  // (two's complement: the signed difference)
-  const int64_t kmin = floor_div(d - ra.len, s) + 1, kmax = -floor_div(-(d + rb.len), s) - 1;
-  return std::max(kmin, -(rb.n - 1)) <= std::min(kmax, ra.n - 1);
+  const int64_t d = static_cast<int64_t>(b0 - a0);  // (two's complement: the signed difference)
+  const int64_t kmin = floor_div(d - ea.len, s) + 1, kmax = -floor_div(-(d + eb.len), s) - 1;
+  return std::max(kmin, -(eb.n - 1)) <= std::min(kmax, ea.n - 1);
 }
 
 Status contiguous_vector(const Validator& v, const char* name, const TensorView& t) {

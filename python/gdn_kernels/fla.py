@@ -103,9 +103,11 @@ def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, us
     else:
         state = torch.zeros(state_shape, device=q.device, dtype=torch.float32)
 
-    def gate(x):  # [B, T, HV] -> [B T, HV] in the dtype of q or float32
+    act = q.dtype if q.dtype == k.dtype == v.dtype else torch.float32  # mixed: float32, as FLA loads them
+
+    def gate(x):  # [B, T, HV] -> [B T, HV] in the activation dtype or float32
         x = _rows(x, B * T, HV)
-        return x if x.dtype in (q.dtype, torch.float32) else x.float()
+        return x if x.dtype in (act, torch.float32) else x.float()
 
     a = gate(g)
     if allow_neg_eigval:  # beta = 2 sigmoid(logit): given to the op as beta itself
@@ -126,13 +128,8 @@ def _run(chunked, q, k, v, g, beta, scale, initial_state, output_final_state, us
               state_indices=torch.arange(N, device=q.device, dtype=torch.int64), scale=scale,
               state_layout="vk" if state_v_first else "kv", qk_l2norm=use_qk_l2norm_in_kernel,
               beta_sigmoid=beta_sigmoid)
-    act = q.dtype if q.dtype == k.dtype == v.dtype else torch.float32  # mixed: float32, as FLA loads them
     qf, kf = _rows(q.to(act), B * T, H, K), _rows(k.to(act), B * T, H, K)
     vf = _rows(v.to(act), B * T, HV, V)
-    if a.dtype not in (act, torch.float32):
-        a = a.float()
-    if b.dtype not in (act, torch.float32):
-        b = b.float()
     fn = ops.gated_delta_rule_chunked if chunked else ops.gated_delta_rule_recurrent
     o = fn(qf, kf, vf, a, b, **kw)
     if sign != 1.0:

@@ -106,7 +106,7 @@ class Scratch {
 // loop and is rethrown once every started thread has joined.
 template <typename F>
 void parallel_for(int64_t n, Scratch& sc, F f) {
-  const int64_t nthreads = std::min(sc.workers(), workers_for(n));
+  const int64_t nthreads = std::max<int64_t>(1, std::min(sc.workers(), n));  // sc: workers_for its items
   std::atomic<int64_t> next{0};
   std::exception_ptr error;
   std::atomic<bool> failed{false};
