@@ -14,6 +14,10 @@
 //     replays through accepted paths cut by entries outside the log, sequences without initial state,
 //     of zero tokens and padding; outputs and committed states within relative L2 1e-5 (float32
 //     state; 1e-2 bf16), the written logs bit for bit and every other log row untouched.
+//   DeferredChunks.LeanAlgebraEqualsTheRecurrence: the lean form's algebra (lean_chunk,
+//     lean_row_coefs: one chunk of m replayed rows and T step tokens, chains and trees, m + T up to
+//     kChunk) applied per row as deferred_lean.cuh applies it, against the recurrence in double
+//     along every node's path: outputs and the replayed state within relative L2 1e-5.
 #include <algorithm>
 #include <functional>
 
@@ -289,6 +293,105 @@ TEST(DeferredChunks, ModelEqualsTheReference) {
       for (int64_t sl = 0; sl < num_slots; ++sl) expect_slot_close(mod_pool, sl, ref_pool, sl, tol, "committed state");
       EXPECT_EQ(byte_diff(mod_log, ref_log), "") << "written log, untouched rows";
     }
+}
+
+TEST(DeferredChunks, LeanAlgebraEqualsTheRecurrence) {
+  constexpr int K = 128, V = 8;
+  Rng r(9300);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int m = static_cast<int>(r.randint(0, kChunk)), T = static_cast<int>(r.randint(0, kChunk - m));
+    const bool tree = trial % 2 == 1;
+    const std::vector<int64_t> par = random_parents(r, T);
+    auto parent = [&](int64_t t) { return tree ? norm_parent(par, t) : t - 1; };
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << " m " << m << " T " << T << (tree ? " tree" : ""));
+    const int n = m + T;
+    std::vector<std::vector<double>> k(n, std::vector<double>(K)), q(n, std::vector<double>(K)),
+        v(n, std::vector<double>(V));
+    std::vector<double> g(n), beta(n), W(V * K);
+    for (double& w : W) w = 0.5 * r.normal();
+    for (int u = 0; u < n; ++u) {
+      double kk = 0;
+      for (int c = 0; c < K; ++c) kk += (k[u][c] = r.normal()) * k[u][c];
+      for (int c = 0; c < K; ++c) k[u][c] /= std::sqrt(kk);
+      for (int c = 0; c < K; ++c) q[u][c] = r.normal() / std::sqrt(double{K});
+      for (int c = 0; c < V; ++c) v[u][c] = r.normal();
+      g[u] = r.coin(0.1) ? r.uniform(-30.0, -5.0) : r.uniform(-1.0, 0.1);
+      beta[u] = r.uniform(0.0, 1.0);
+    }
+    // the reference: node states along the paths in double
+    auto step = [&](const std::vector<double>& S, int u) {
+      std::vector<double> out(V * K);
+      const double dec = std::exp(g[u]);
+      for (int vi = 0; vi < V; ++vi) {
+        double p = 0;
+        for (int c = 0; c < K; ++c) p += dec * S[vi * K + c] * k[u][c];
+        const double d = beta[u] * (v[u][vi] - p);
+        for (int c = 0; c < K; ++c) out[vi * K + c] = dec * S[vi * K + c] + d * k[u][c];
+      }
+      return out;
+    };
+    std::vector<std::vector<double>> node(n);
+    for (int u = 0; u < n; ++u) {
+      const int64_t pt = u < m ? u - 1 : parent(u - m) >= 0 ? m + parent(u - m) : m - 1;
+      node[u] = step(pt < 0 ? W : node[pt], u);
+    }
+    const std::vector<double>& committed = m > 0 ? node[m - 1] : W;
+    // the algebra, in float as the kernels run it
+    ChunkPlan c;
+    cuda::deferred::lean_chunk(m, T, parent, c);
+    ChunkCoefs cf{};
+    for (int u = 0; u < n; ++u) {
+      cf.g[u] = static_cast<float>(g[u]);
+      cf.dec[u] = std::exp(cf.g[u]);
+      cf.beta[u] = static_cast<float>(beta[u]);
+    }
+    for (int i = 0; i < n; ++i) cuda::deferred::e_row(c, cf.dec, i, cf.E[i]);
+    cuda::deferred::gammas(c, cf.dec, cf.gamma);
+    auto fdot = [&](const std::vector<double>& a, const std::vector<double>& b, const float* w = nullptr) {
+      float s = 0.f;
+      for (int e = 0; e < K; ++e) s += (w ? w[e] : static_cast<float>(a[e])) * static_cast<float>(b[e]);
+      return s;
+    };
+    for (int i = 0; i < n; ++i)
+      for (int u = i; u < n; ++u) {
+        const bool anc = cuda::deferred::is_ancestor(c, i, u);
+        cf.Gk[i][u] = i < u && anc ? fdot(k[i], k[u]) : 0.f;
+        cf.Gq[i][u] = u >= m && anc ? fdot(k[i], q[u]) : 0.f;
+      }
+    for (int j = 0; j < n; ++j) cuda::deferred::chunk_column(c, cf, j);
+    cuda::deferred::LeanCoefs lc{};
+    for (int u = 0; u < n; ++u) cuda::deferred::lean_row_coefs(cf, n, m, u, lc);
+    double e_o = 0, n_o = 0, e_s = 0, n_s = 0;
+    for (int vi = 0; vi < V; ++vi) {
+      std::vector<float> w(K);
+      for (int e = 0; e < K; ++e) w[e] = static_cast<float>(W[vi * K + e]);
+      float y[kChunk] = {};
+      for (int j = 0; j < n; ++j) y[j] = lc.beta[j] * static_cast<float>(v[j][vi]) - lc.bgam[j] * fdot({}, k[j], w.data());
+      auto zrow = [&](int u) {
+        float acc = 0.f;
+        for (int j = 0; j < kChunk; ++j) acc += lc.Z[u][j] * y[j];
+        return acc;
+      };
+      for (int u = m; u < n; ++u) {
+        const double o = lc.gamma[u] * fdot({}, q[u], w.data()) + zrow(u);
+        double want = 0;
+        for (int e = 0; e < K; ++e) want += node[u][vi * K + e] * q[u][e];
+        e_o += (o - want) * (o - want);
+        n_o += want * want;
+      }
+      std::vector<float> s(K);
+      for (int e = 0; e < K; ++e) s[e] = (m > 0 ? lc.gamma[m - 1] : 1.f) * w[e];
+      for (int i = 0; i < m; ++i)
+        for (int e = 0; e < K; ++e) s[e] += zrow(i) * static_cast<float>(k[i][e]);
+      for (int e = 0; e < K; ++e) {
+        const double want = committed[vi * K + e];
+        e_s += (s[e] - want) * (s[e] - want);
+        n_s += want * want;
+      }
+    }
+    if (n > m) EXPECT_LE(std::sqrt(e_o / std::max(n_o, 1e-30)), 1e-5) << "outputs";
+    EXPECT_LE(std::sqrt(e_s / std::max(n_s, 1e-30)), 1e-5) << "replayed state";
+  }
 }
 
 }  // namespace

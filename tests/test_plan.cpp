@@ -448,8 +448,35 @@ TEST(Plan, Deferred) {
   EXPECT_EQ(lean(9, 32, {}, true, 264).rows, kDeferredLean16Rows);
   const DeferredPlan l8 = lean(64, 32, {Path::kDeferredLean8});  // forced 8-row warps
   EXPECT_TRUE(l8.path == Path::kDeferredLean && l8.rows == kDeferredSmallRows && l8.grid_x == 16);
-  const DeferredPlan l16 = lean(1, 32, {Path::kDeferredLean16});  // forced 16-row warps
-  EXPECT_TRUE(l16.path == Path::kDeferredLean && l16.rows == kDeferredLean16Rows && l16.grid_x == 8);
+  const DeferredPlan l16 = lean(1, 32, {Path::kDeferredLean16});  // forced 16-row warps, the recurrence
+  EXPECT_TRUE(l16.path == Path::kDeferredLean && l16.rows == kDeferredLean16Rows && l16.grid_x == 8 && !l16.algebra);
+  EXPECT_FALSE(lean(64, 32).algebra || lean(4, 32).algebra);  // chains: the recurrence
+  const DeferredPlan la = lean(1, 32, {Path::kDeferredLeanAlg});  // forced: 16-row warps, chains still the recurrence
+  EXPECT_TRUE(la.path == Path::kDeferredLean && la.rows == kDeferredLean16Rows && !la.algebra);
+  // trees: the lean form only through the algebra (at most kDeferredAlgebraNodes nodes), else the general kernel
+  auto tree = [&](int64_t nseq, Override f = {}, int64_t nodes = kDeferredAlgebraNodes) {
+    DeferredProblem p;
+    p.nseq = nseq;
+    p.HV = 32;
+    p.V = 128;
+    p.lean_ok = true;
+    p.tree = true;
+    p.nodes = nodes;
+    return plan_deferred(p, 9, 132, f);
+  };
+  EXPECT_TRUE(tree(64).path == Path::kDeferredLean && tree(64).algebra && tree(64).rows == kDeferredLean16Rows);
+  EXPECT_TRUE(tree(64, {}, 4).algebra);
+  const DeferredPlan big = tree(64, {}, kDeferredAlgebraNodes + 1);  // more nodes: the general kernel
+  EXPECT_TRUE(big.path == Path::kDeferred && !big.algebra && big.rows == kDeferredRows);
+  const DeferredPlan big_forced = tree(64, {Path::kDeferredLeanAlg}, 16);  // forced: the algebra at any size
+  EXPECT_TRUE(big_forced.path == Path::kDeferredLean && big_forced.algebra);
+  const DeferredPlan t1 = tree(1);  // 8-row warps there: the general kernel in the form it plans without lean_ok
+  DeferredProblem general;
+  general.nseq = 1, general.HV = 32, general.V = 128;
+  const DeferredPlan g1 = plan_deferred(general, 9, 132);
+  EXPECT_TRUE(t1.path == g1.path && t1.rows == g1.rows && g1.path != Path::kDeferredLean && !t1.algebra);
+  EXPECT_EQ(tree(64, {Path::kDeferredLean16}).path, Path::kDeferred);  // the recurrence forced: no trees
+  EXPECT_EQ(tree(1, {Path::kDeferredLeanAlg}).path, Path::kDeferredLean);
   DeferredProblem v40;  // V = 40: 8-row warps at any batch size
   v40.nseq = 400;
   v40.HV = 8;

@@ -279,4 +279,45 @@ GDN_HD float row_o(const ChunkCoefs& cf, int u, float r, const YF& y) {
   return s;
 }
 
+
+// The lean form's algebra (deferred_lean.cuh, kAlg): a sequence's replay and step as one chunk of
+// n = m + T <= kChunk nodes from the committed state W, the m replayed log rows (a chain) and then
+// the step's T tokens (a chain, or a tree whose roots hang below the last replayed node). With the
+// coefficients above, per state row, p_u = W k_u (every node), r_u = W q_u (the step's tokens) and
+// y_u = beta_u v_u - (beta gamma)_u p_u:
+//     o_u = gamma_u r_u + sum_{j <= u} Z[u][j] y_j           u >= m: Z[u] = P[u]
+//     S_m = gamma_{m-1} W + sum_{i < m} c_i k_i^T,  c_i = sum_{j <= i} Z[i][j] y_j
+//                                                            i < m: Z[i] = E[i][m-1] T[i]
+// S_m, the replayed state, is the one committed (a verify step logs its tokens). Row-independent,
+// per (sequence, value head): deferred_coef_kernel writes them, every row warp reads them.
+struct LeanCoefs {
+  int n, m, alg, unused;  // nodes, replayed rows; alg 0: the sequence takes the recurrence
+  int32_t rows[kChunk];   // the log rows of the replayed nodes
+  float beta[kChunk], bgam[kChunk], gamma[kChunk];
+  float Z[kChunk][kChunk];  // 0 above the diagonal and past n
+};
+
+// The chunk of the lean algebra: par(t) step token t's parent in [0, t), or -1 (a root).
+template <typename Par>
+GDN_HD void lean_chunk(int m, int T, const Par& par, ChunkPlan& c) {
+  c.n = m + T;
+  c.adv = -1;
+  c.reset = false;
+  for (int u = 0; u < c.n; ++u) {
+    const int64_t pt = u < m ? -1 : par(u - m);
+    c.node[u] = u;
+    c.lp[u] = u < m ? u - 1 : pt >= 0 ? m + static_cast<int>(pt) : m - 1;
+    c.emit[u] = u >= m;
+  }
+}
+
+// Row u of the lean coefficients, once every column of T and P is solved (chunk_column).
+GDN_HD void lean_row_coefs(const ChunkCoefs& cf, int n, int m, int u, LeanCoefs& lc) {
+  lc.beta[u] = cf.beta[u];
+  lc.bgam[u] = cf.beta[u] * cf.gamma[u];
+  lc.gamma[u] = cf.gamma[u];
+  for (int j = 0; j < kChunk; ++j)
+    lc.Z[u][j] = j > u || j >= n ? 0.f : u >= m ? cf.P[u][j] : cf.E[u][m - 1] * cf.T[u][j];
+}
+
 }  // namespace gdn::cuda::deferred

@@ -253,6 +253,7 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
   const GroupMeta& g = p.group[0];
   const int64_t i = blockIdx.z;
   const SeqInfo si = start_seq(p, g, i, false);  // slot0: the sequence's slot; pad: unusable
+  if (p.coefs != nullptr && p.coefs[i * p.HV + hv].alg) return;  // the lean form's algebra took it
   const rules::TokenRange tr = si.tr;
   const int64_t slot = si.slot0;
   float w[R][EPL];

@@ -9,6 +9,9 @@
 #include "cuda/plan/plan.h"
 
 namespace gdn::cuda {
+namespace deferred {
+struct LeanCoefs;  // chunk_plan.h
+}
 
 // The recurrence's parameters (group 0: one slot per sequence in slots (column 0), the replay
 // counts in num_accepted (absent: none), has_init; every gate and norm form of ops.h:
@@ -30,12 +33,15 @@ struct DeferredParams : RecurrentParams {
   // 0 .. prep_rows - 1, or null (each row warp prepares its tokens itself).
   float* prep = nullptr;
   int64_t prep_rows = 0;
+  // The lean form's algebra coefficients (deferred_coef.cuh), [sequences][HV], after the prepared
+  // inputs in the same buffer; null: the lean form runs the recurrence.
+  deferred::LeanCoefs* coefs = nullptr;
 };
 
 // The bytes of the lean form's prepared token inputs (deferred_prep.cuh) for p's group 0: verify
-// steps (log_tokens: a few tokens per sequence) where the lean form can take them (K = 128, no
-// tree, "vk" state) and the planner gives it 16-row warps (plan_deferred with force); else 0.
-// Callers take them with the rest of their workspace, before anything is written, and set prep
+// steps (log_tokens: a few tokens per sequence) where the lean form can take them (K = 128, "vk"
+// state) and the planner gives it 16-row warps (plan_deferred with force), with the algebra's
+// coefficients where it plans the algebra (trees: only then); else 0. Callers take them with the rest of their workspace, before anything is written, and set prep
 // and prep_rows. (deferred_attention.cu)
 size_t deferred_prep_bytes(const DeferredParams& p, plan::Override force);
 

@@ -9,12 +9,13 @@
 #include "cuda/common/dispatch.h"
 #include "cuda/common/workspace.h"
 #include "cuda/conv/conv.h"
+#include "cuda/deferred/chunk_plan.h"
 #include "cuda/deferred/deferred.h"
 
 namespace gdn::cuda {
 
 size_t deferred_prep_bytes(const DeferredParams& p, plan::Override force) {
-  if (!p.log_tokens || p.K != 128 || p.parents.present() || p.kv_layout || p.group[0].n <= 0) return 0;
+  if (!p.log_tokens || p.K != 128 || p.kv_layout || p.group[0].n <= 0) return 0;
   int dev = 0, major = 0, sms = 0;
   if (!device_of(&dev, &major, &sms).ok()) return 0;  // the launch reports the device's error
   plan::DeferredProblem pb;
@@ -22,9 +23,13 @@ size_t deferred_prep_bytes(const DeferredParams& p, plan::Override force) {
   pb.HV = p.HV;
   pb.V = p.V;
   pb.lean_ok = true;  // where the lean form does not apply, the buffer is not read
-  if (plan::plan_deferred(pb, major, sms, force).rows != plan::kDeferredLean16Rows) return 0;
+  pb.tree = p.parents.present();
+  pb.nodes = p.log_cols;
+  const plan::DeferredPlan pl = plan::plan_deferred(pb, major, sms, force);
+  if (pl.rows != plan::kDeferredLean16Rows) return 0;
   const int64_t rows = p.group[0].limit;
-  return static_cast<size_t>(rows * p.H * 256 + rows * p.HV * 4) * sizeof(float);
+  const size_t coefs = pl.algebra ? static_cast<size_t>(p.group[0].n * p.HV) * sizeof(deferred::LeanCoefs) : 0;
+  return static_cast<size_t>(rows * p.H * 256 + rows * p.HV * 4) * sizeof(float) + coefs;
 }
 
 Status launch_deferred_any(const DeferredParams& p, DType act, DType state, plan::Override force,

@@ -1,6 +1,7 @@
 // src/cuda/deferred/deferred_launch.cuh — the deferred-commit mode's launcher: the planner's choice
 // (plan::plan_deferred) between the lean form (deferred_lean.cuh: linear verify, K = 128, dense
-// "vk" state) and the general kernel (deferred.cuh) in its four-warp or one-warp block.
+// "vk" state; its 16-row warps after the prep kernel and, through the algebra, the coefficient
+// kernel) and the general kernel (deferred.cuh) in its four-warp or one-warp block.
 // Instantiated per dtype pair in deferred_<act>_<state>.cu.
 #pragma once
 #include "cuda/deferred/deferred.cuh"
@@ -19,7 +20,13 @@ Status launch_deferred(const DeferredParams& p, plan::Override force, cudaStream
   pb.HV = p.HV;
   pb.V = p.V;
   pb.lean_ok = deferred_lean_applies<TAct, TS>(p);
-  const plan::DeferredPlan pl = plan::plan_deferred(pb, major, sms, force);
+  pb.tree = p.parents.present();
+  pb.nodes = p.log_cols;
+  plan::DeferredPlan pl = plan::plan_deferred(pb, major, sms, force);
+  if (pb.tree && pl.path == plan::Path::kDeferredLean && (p.prep == nullptr || p.prep_rows * p.H == 0)) {
+    pb.lean_ok = false;  // a tree without the algebra's buffer (no logged tokens): the general kernel
+    pl = plan::plan_deferred(pb, major, sms, force);
+  }
   const dim3 grid(static_cast<unsigned>(pl.grid_x), static_cast<unsigned>(pl.grid_y), static_cast<unsigned>(pl.grid_z));
   if (pl.path == plan::Path::kDeferredLean) {
     constexpr int k16 = plan::kDeferredLean16Rows, k8 = plan::kDeferredSmallRows;
@@ -30,7 +37,21 @@ Status launch_deferred(const DeferredParams& p, plan::Override force, cudaStream
     if (p.prep == nullptr || pairs == 0) return Launch(grid, 32, 0, stream)(deferred_lean_kernel<TAct, TS, k16, false>, p);
     const unsigned blocks = static_cast<unsigned>((pairs + DeferredPrep::kPairs - 1) / DeferredPrep::kPairs);
     GDN_RETURN_IF_ERROR(Launch(dim3(blocks), DeferredPrep::kThreads, 0, stream)(deferred_prep_kernel<TAct>, p));
-    return Launch(grid, 32, 0, stream)(deferred_lean_kernel<TAct, TS, k16, true>, p);
+    // the algebra commits the state before the step's tokens: verify steps (log_tokens) only
+    if (!pl.algebra || !p.log_tokens) return Launch(grid, 32, 0, stream)(deferred_lean_kernel<TAct, TS, k16, true>, p);
+    // the algebra's coefficients after the prepared inputs (deferred_prep_bytes sized both)
+    DeferredParams q = p;
+    q.coefs = reinterpret_cast<deferred::LeanCoefs*>(p.prep + DeferredPrep::coef_offset(p.prep_rows, p.H, p.HV));
+    GDN_RETURN_IF_ERROR(Launch(dim3(static_cast<unsigned>(nseq), static_cast<unsigned>(p.HV)), kCoefThreads, 0,
+                               stream)(deferred_coef_kernel<TAct>, q));
+    GDN_RETURN_IF_ERROR(Launch(grid, 32, 0, stream)(deferred_lean_kernel<TAct, TS, k16, true, true>, q));
+    if (!pb.tree) return Status::Ok();
+    // a tree's sequences the algebra did not take (alg = 0): the general kernel, which skips the others
+    using Tr = DeferredTraits<TS, 128, false>;
+    const dim3 g2(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
+                  static_cast<unsigned>(nseq));
+    return Launch(g2, Tr::kThreads, 0, stream)(
+        kHasVec<TS, Tr::kPiece> ? deferred_kernel<TAct, TS, 128, true, false> : deferred_kernel<TAct, TS, 128, false, false>, q);
   }
   auto go = [&](auto kp_tag, auto small_tag) -> Status {
     constexpr int KP = decltype(kp_tag)::value;

@@ -3,7 +3,8 @@
 // k^ and q^ through prep_regs with the lean form's 16-lane sums (so the bits the lean form computes
 // itself), and per value head g, beta and exp(g). The lean form then loads them (deferred_lean.cuh,
 // kPrepped). The workspace (DeferredParams::prep):
-//   floats [rows][H][2][128]: q^ then k^ of (row, h); then [rows][HV][4]: g, beta, exp(g), 0.
+//   floats [rows][H][2][128]: q^ then k^ of (row, h); then [rows][HV][4]: g, beta, exp(g), 0; then,
+//   where the algebra runs, deferred::LeanCoefs [sequences][HV].
 // Grid: (row, key head) pairs, a half-warp each, 8 per block of 4 warps.
 #pragma once
 #include "cuda/deferred/deferred.cuh"
@@ -14,6 +15,8 @@ struct DeferredPrep {
   static constexpr int kL = 16, kEPL = 8, kThreads = 128, kPairs = kThreads / kL;
   // the floats before the gates (deferred_prep_bytes in deferred.h sizes the whole)
   static __host__ __device__ int64_t qk_floats(int64_t rows, int H) { return rows * H * 256; }
+  // the floats before the algebra's coefficients (deferred_coef.cuh), after the gates
+  static __host__ __device__ int64_t coef_offset(int64_t rows, int H, int HV) { return rows * (H * 256 + HV * 4); }
 };
 
 template <typename TAct>

@@ -8,7 +8,7 @@ namespace {
 
 constexpr const char* kNames[] = {"auto",           "lean",           "lean_more",         "lean_staged",
                                   "pipelined",      "register_small", "register_mid",      "register_large",
-                                  "packed",         "deferred",       "deferred_small",    "deferred_lean",     "deferred_lean8",    "deferred_lean16",   "chunk_vs32",
+                                  "packed",         "deferred",       "deferred_small",    "deferred_lean",     "deferred_lean8",    "deferred_lean16",   "deferred_lean_alg", "chunk_vs32",
                                   "chunk_vs64",     "chunk_split",    "step_pipelined",    "step_pipelined_prologue",
                                   "step_cluster",   "step_cluster_lean", "step_two_launches"};
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Path::kCount), "a name per path");
@@ -216,7 +216,7 @@ bool is_step_path(Path p) { return p >= Path::kStepPipelined && p < Path::kCount
 bool is_chunk_path(Path p) { return p == Path::kChunk32 || p == Path::kChunk64 || p == Path::kChunkSplit; }
 bool is_deferred_path(Path p) {
   return p == Path::kDeferred || p == Path::kDeferredSmall || p == Path::kDeferredLean ||
-         p == Path::kDeferredLean8 || p == Path::kDeferredLean16;
+         p == Path::kDeferredLean8 || p == Path::kDeferredLean16 || p == Path::kDeferredLeanAlg;
 }
 bool takes_gate_forms(Path p) {
   switch (p) {
@@ -243,9 +243,18 @@ DeferredPlan plan_deferred(const DeferredProblem& p, int cc_major, int sms, Over
   pl.rows = pl.path == Path::kDeferred ? kDeferredRows : kDeferredSmallRows;
   if (pl.path == Path::kDeferredLean && p.V % kDeferredLean16Rows == 0) {  // 16-row warps where V allows
     const int64_t warps8 = p.nseq * p.HV * (p.V / kDeferredSmallRows);
-    const bool wide = force.path == Path::kDeferredLean16 ||
+    const bool wide = force.path == Path::kDeferredLean16 || force.path == Path::kDeferredLeanAlg ||
                       (force.path != Path::kDeferredLean8 && !at_most(warps8, t.deferred_lean16_warps, t, sms > 0 ? sms : 1));
     if (wide) pl.rows = kDeferredLean16Rows;
+    // the algebra for trees whose replay and nodes fit its chunk (kDeferredAlgebraNodes each): the
+    // recurrence keeps chains and larger trees (H200, N = 16-256, T = 2-4: the algebra 1.33-1.52x
+    // the recurrence's time; trees of 4 and 8 nodes 0.68-1.00x the general kernel's, 16 nodes 1.07-1.11x)
+    pl.algebra = wide && p.tree && force.path != Path::kDeferredLean16 &&
+                 (force.path == Path::kDeferredLeanAlg || p.nodes <= kDeferredAlgebraNodes);
+  }
+  if (p.tree && pl.path == Path::kDeferredLean && !pl.algebra) {  // trees: the general kernel then
+    pl.path = small ? Path::kDeferredSmall : Path::kDeferred;
+    pl.rows = small ? kDeferredSmallRows : kDeferredRows;
   }
   pl.grid_x = (p.V + pl.rows - 1) / pl.rows;
   pl.grid_y = p.HV;
