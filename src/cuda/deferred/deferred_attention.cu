@@ -65,6 +65,7 @@ Status deferred_attention(const GdnAttentionArgs& a, const RecurrentParams& rp, 
     static_cast<RecurrentParams&>(q) = rp;
     q.group[0] = cp.group[gi];
     q.log_tokens = gi == 1;
+    q.log_cols = a.verify_log.shape[1];  // the planner's tree size, as at the launch below
     if (gi == 1) q.parents = index_ref(a.spec_token_parents);
     prep_bytes = std::max(prep_bytes, deferred_prep_bytes(q, force));
   }
