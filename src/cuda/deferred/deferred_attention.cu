@@ -11,6 +11,7 @@
 #include "cuda/conv/conv.h"
 #include "cuda/deferred/chunk_plan.h"
 #include "cuda/deferred/deferred.h"
+#include "cuda/deferred/deferred_prep.cuh"
 
 namespace gdn::cuda {
 
@@ -27,9 +28,7 @@ size_t deferred_prep_bytes(const DeferredParams& p, plan::Override force) {
   pb.nodes = p.log_cols;
   const plan::DeferredPlan pl = plan::plan_deferred(pb, major, sms, force);
   if (pl.rows != plan::kDeferredLean16Rows) return 0;
-  const int64_t rows = p.group[0].limit;
-  const size_t coefs = pl.algebra ? static_cast<size_t>(p.group[0].n * p.HV) * sizeof(deferred::LeanCoefs) : 0;
-  return static_cast<size_t>(rows * p.H * 256 + rows * p.HV * 4) * sizeof(float) + coefs;
+  return DeferredPrep::bytes(p.group[0].limit, p.H, p.HV, pl.algebra ? static_cast<int64_t>(p.group[0].n) * p.HV : 0);
 }
 
 Status launch_deferred_any(const DeferredParams& p, DType act, DType state, plan::Override force,

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kCoefThreads) deferred_coef_kernel(const __gri
   if (!s_alg) return;
   const int m = s_m, n = pl.n;
   // the nodes' k^ (a replayed row's from the log, a token's from the prep kernel) and the tokens' q^
-  auto prep_qk = [&](int u) { return p.prep + ((si.tr.begin + u - m) * p.H + h) * 256; };
+  auto prep_qk = [&](int u) { return DeferredPrep::qk(p, si.tr.begin + u - m, h); };
   for (int idx = tid; idx < n * KP; idx += kCoefThreads) {
     const int u = idx / KP, c = idx % KP;
     if (u < m) {
@@ -69,8 +69,7 @@ __global__ void __launch_bounds__(kCoefThreads) deferred_coef_kernel(const __gri
       gu = e[K + V];
       bu = e[K + V + 1];
     } else {
-      const float* gt =
-          p.prep + DeferredPrep::qk_floats(p.prep_rows, p.H) + ((si.tr.begin + tid - m) * p.HV + hv) * 4;
+      const float* gt = DeferredPrep::gates(p, si.tr.begin + tid - m, hv);
       gu = gt[0];
       bu = gt[1];
     }

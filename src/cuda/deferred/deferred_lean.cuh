@@ -71,21 +71,22 @@ __device__ __forceinline__ void lean_algebra(const DeferredParams& p, const defe
     }
     return acc;
   };
-  auto log_k = [&](int j, float(&kr)[EPL]) {  // a replayed node's logged k^
-    const float* e = log_entry(p.log_in, p.log_in_rs, p, slot, lc.rows[j], hv) + ln * EPL;
+  auto logged = [&](int j) { return log_entry(p.log_in, p.log_in_rs, p, slot, lc.rows[j], hv); };  // replayed node j
+  auto log_k = [&](const float* e, float(&kr)[EPL]) {  // its logged k^
 #pragma unroll
-    for (int c = 0; c < EPL; ++c) kr[c] = e[c];
+    for (int c = 0; c < EPL; ++c) kr[c] = e[ln * EPL + c];
   };
   TAct* const o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * V + vrow;
   for (int j = 0; j < n; ++j) {
     float kr[EPL], vj;
     int64_t row = 0;
     if (j < m) {
-      log_k(j, kr);
-      vj = log_entry(p.log_in, p.log_in_rs, p, slot, lc.rows[j], hv)[K + vrow];
+      const float* e = logged(j);
+      log_k(e, kr);
+      vj = e[K + vrow];
     } else {
       row = tr.begin + (j - m);
-      load_vec<float, EPL, false>(p.prep + (row * p.H + h) * 256 + 128 + ln * EPL, kr);
+      load_vec<float, EPL, false>(DeferredPrep::qk(p, row, h) + 128 + ln * EPL, kr);
       vj = to_float(static_cast<const TAct*>(p.src.v)[row * p.src.v_rs + static_cast<int64_t>(hv) * V + vrow]);
     }
     const float yj = lc.beta[j] * vj - lc.bgam[j] * dots(kr);
@@ -93,7 +94,7 @@ __device__ __forceinline__ void lean_algebra(const DeferredParams& p, const defe
     for (int c = 0; c < C; ++c) y[c] = c == j ? yj : y[c];
     if (j < m) continue;
     float qr[EPL];
-    load_vec<float, EPL, false>(p.prep + (row * p.H + h) * 256 + ln * EPL, qr);
+    load_vec<float, EPL, false>(DeferredPrep::qk(p, row, h) + ln * EPL, qr);
     const float oj = lc.gamma[j] * dots(qr) + zrow(j);
     if (ln % S == 0) o[out_row(p, row) * p.o_rs] = from_float<TAct>(oj);
     const int64_t t = j - m;
@@ -103,7 +104,7 @@ __device__ __forceinline__ void lean_algebra(const DeferredParams& p, const defe
 #pragma unroll
         for (int c = 0; c < EPL; ++c) e[ln * EPL + c] = kr[c];
         if (ln == 0) {
-          const float* gt = p.prep + DeferredPrep::qk_floats(p.prep_rows, p.H) + (row * p.HV + hv) * 4;
+          const float* gt = DeferredPrep::gates(p, row, hv);
           e[K + V] = gt[0];
           e[K + V + 1] = gt[1];
         }
@@ -124,7 +125,7 @@ __device__ __forceinline__ void lean_algebra(const DeferredParams& p, const defe
   for (int i = 0; i < m; ++i) {
     const float ci = zrow(i);
     float kr[EPL];
-    log_k(i, kr);
+    log_k(logged(i), kr);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const float cr = __shfl_sync(0xffffffffu, ci, (lane & ~(L - 1)) + r * S);
@@ -230,11 +231,10 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
     const int64_t orow = out_row(p, row);
     TokenGates tg;
     if constexpr (kPrepped) {
-      const float* qk = p.prep + (row * p.H + h) * 256 + ln * EPL;
+      const float* qk = DeferredPrep::qk(p, row, h) + ln * EPL;
       load_vec<float, EPL, false>(qk, qr);
       load_vec<float, EPL, false>(qk + 128, kr);
-      const float4 gt = __ldg(reinterpret_cast<const float4*>(p.prep + DeferredPrep::qk_floats(p.prep_rows, p.H) +
-                                                              (row * p.HV + hv) * 4));
+      const float4 gt = __ldg(reinterpret_cast<const float4*>(DeferredPrep::gates(p, row, hv)));
       tg.g = gt.x;
       tg.beta = gt.y;
       tg.decay = gt.z;

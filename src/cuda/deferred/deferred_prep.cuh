@@ -11,12 +11,24 @@
 
 namespace gdn::cuda {
 
+// The workspace's layout lives here only: every reader and writer goes through these.
 struct DeferredPrep {
   static constexpr int kL = 16, kEPL = 8, kThreads = 128, kPairs = kThreads / kL;
-  // the floats before the gates (deferred_prep_bytes in deferred.h sizes the whole)
+  // the floats before the gates
   static __host__ __device__ int64_t qk_floats(int64_t rows, int H) { return rows * H * 256; }
   // the floats before the algebra's coefficients (deferred_coef.cuh), after the gates
   static __host__ __device__ int64_t coef_offset(int64_t rows, int H, int HV) { return rows * (H * 256 + HV * 4); }
+  // the whole workspace, with the coefficients of `coef_groups` (sequence, value head) pairs
+  static __host__ size_t bytes(int64_t rows, int H, int HV, int64_t coef_groups) {
+    return static_cast<size_t>(coef_offset(rows, H, HV)) * sizeof(float) +
+           static_cast<size_t>(coef_groups) * sizeof(deferred::LeanCoefs);
+  }
+  // q^ of (row, key head) at [0, 128), k^ at [128, 256)
+  static __device__ float* qk(const DeferredParams& p, int64_t row, int h) { return p.prep + (row * p.H + h) * 256; }
+  // g, beta, exp(g), 0 of (row, value head)
+  static __device__ float* gates(const DeferredParams& p, int64_t row, int hv) {
+    return p.prep + qk_floats(p.prep_rows, p.H) + (row * p.HV + hv) * 4;
+  }
 };
 
 template <typename TAct>
@@ -38,12 +50,11 @@ __global__ void __launch_bounds__(DeferredPrep::kThreads) deferred_prep_kernel(c
   const TokenGates tg0 = prep_regs<L, EPL>(p.a(row * p.src.a_rs + hv0), p.b(row * p.src.b_rs + hv0), A, dtb, p.scale,
                                            kr, qr, p.gates);
   if (!ok) return;
-  float4* const qk = reinterpret_cast<float4*>(p.prep + pc * 256 + ln * EPL);  // plain stores: read again soon
+  float4* const qk = reinterpret_cast<float4*>(DeferredPrep::qk(p, row, h) + ln * EPL);  // plain stores: read again soon
   qk[0] = make_float4(qr[0], qr[1], qr[2], qr[3]);
   qk[1] = make_float4(qr[4], qr[5], qr[6], qr[7]);
   qk[32] = make_float4(kr[0], kr[1], kr[2], kr[3]);  // + 128 floats
   qk[33] = make_float4(kr[4], kr[5], kr[6], kr[7]);
-  float* const gates = p.prep + DeferredPrep::qk_floats(p.prep_rows, p.H) + row * p.HV * 4;
   for (int j = ln; j < p.r; j += L) {  // the key head's value heads
     const int hv = hv0 + j;
     TokenGates tg = tg0;
@@ -54,7 +65,7 @@ __global__ void __launch_bounds__(DeferredPrep::kThreads) deferred_prep_kernel(c
       tg.beta = gv.beta;
       tg.decay = expf(gv.g);
     }
-    *reinterpret_cast<float4*>(gates + hv * 4) = make_float4(tg.g, tg.beta, tg.decay, 0.f);
+    *reinterpret_cast<float4*>(DeferredPrep::gates(p, row, hv)) = make_float4(tg.g, tg.beta, tg.decay, 0.f);
   }
 }
 
