@@ -20,6 +20,13 @@ __device__ __forceinline__ float raw_float(uint32_t r, int dt) {
   return __uint_as_float(r);
 }
 
+// raw_float without a branch: every conversion, then a select, so that a caller's second word load
+// does not wait behind the first word's dtype test (the lean kernel's gate forms).
+__device__ __forceinline__ float select_float(uint32_t r, int dt) {
+  const float bf = __uint_as_float(r << 16), hf = __half2float(__ushort_as_half(static_cast<unsigned short>(r)));
+  return dt == 1 ? bf : dt == 2 ? hf : __uint_as_float(r);
+}
+
 // The primitive op's gate input a (which = 0) or b (1) of value head hv at global row `row`, in its
 // own dtype (p.a_dtype, p.b_dtype), as load_raw gives it.
 __device__ __forceinline__ uint32_t gate_word(const RecurrentParams& p, int64_t row, int hv, int which) {

@@ -209,8 +209,9 @@ __global__ void __launch_bounds__(32, LeanTraits<TState, kStaged>::min_blocks(kS
     load_v(row, c, vr);
     float av, bv;
     if constexpr (kForms) {  // a and b each in its own dtype
-      av = raw_float(gate_word(p, row, hv, 0), p.a_dtype);
-      bv = raw_float(gate_word(p, row, hv, 1), p.b_dtype);
+      const uint32_t ra = gate_word(p, row, hv, 0), rb = gate_word(p, row, hv, 1);
+      av = select_float(ra, p.a_dtype);
+      bv = select_float(rb, p.b_dtype);
     } else {
       av = to_float(static_cast<const TAct*>(p.src.a)[row * p.src.a_rs + hv]);
       bv = to_float(static_cast<const TAct*>(p.src.b)[row * p.src.b_rs + hv]);
