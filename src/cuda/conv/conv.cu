@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
   pdl_start();
   const int64_t nseq = p.group[0].n + p.group[1].n;
   if (kFused && blockIdx.y >= nseq) {
-    copy_z<TAct, kConvThreads>(p.src, p.z, p.z_rs, (blockIdx.y - nseq) * gridDim.x + blockIdx.x,
+    copy_z_wide<TAct, kConvThreads>(p.src, p.z, p.z_rs, (blockIdx.y - nseq) * gridDim.x + blockIdx.x,
                                (gridDim.y - nseq) * gridDim.x);
     return;
   }

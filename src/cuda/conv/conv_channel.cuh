@@ -189,4 +189,56 @@ __device__ void copy_z(const TokenSource& src, void* z_ptr, int64_t z_rs, int64_
   }
 }
 
+// copy_z for the conv kernels' own z blocks (conv.cu, deferred_conv.cu): where every z row starts on
+// 16 bytes (copy_z_vec), 16-byte vectors, a warp taking 32 / P pairs of P = V / 8 (16-bit) vectors
+// at once and kZPasses such passes with their loads in flight before the stores; else copy_z. (The
+// step kernels keep copy_z inline: these registers would count against their consumers'.)
+constexpr int kZPasses = 4;
+template <typename TAct>
+__device__ __forceinline__ bool copy_z_vec(const TokenSource& src, const void* z, int64_t z_rs) {
+  constexpr int E = 16 / sizeof(TAct);
+  const auto& L = src.proj;
+  const int P = L.V / E;
+  return L.V % E == 0 && L.K % E == 0 && src.qkvz_rs % E == 0 && z_rs % E == 0 && P > 0 &&
+         (32 % P == 0 || P % 32 == 0) &&
+         ((reinterpret_cast<uintptr_t>(src.qkvz) | reinterpret_cast<uintptr_t>(z)) & 15) == 0;
+}
+template <typename TAct, int kThreads>
+__device__ void copy_z_wide(const TokenSource& src, void* z_ptr, int64_t z_rs, int64_t block, int64_t blocks) {
+  if (!copy_z_vec<TAct>(src, z_ptr, z_rs)) return copy_z<TAct, kThreads>(src, z_ptr, z_rs, block, blocks);
+  const auto& L = src.proj;
+  const TAct* x = static_cast<const TAct*>(src.qkvz);
+  TAct* z = static_cast<TAct*>(z_ptr);
+  const int64_t pairs = src.num_actual_tokens * L.HV;
+  constexpr int kWarps = kThreads / 32, E = 16 / sizeof(TAct);
+  const int64_t warps = blocks * kWarps, w0 = block * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int P = L.V / E, per = P < 32 ? 32 / P : 1;  // vectors per pair, pairs per pass
+  const int sub = P < 32 ? lane / P : 0, e0 = P < 32 ? lane % P : lane;  // the lane's pair and first vector
+  const int64_t passes = (pairs + per - 1) / per;
+  for (int64_t s0 = w0; s0 < passes; s0 += kZPasses * warps) {
+    int64_t from[kZPasses], to[kZPasses];  // element offsets of the lane's pairs (-1: none)
+#pragma unroll
+    for (int u = 0; u < kZPasses; ++u) {
+      const int64_t pr = (s0 + u * warps) * per + sub;
+      from[u] = to[u] = -1;
+      if (s0 + u * warps < passes && pr < pairs) {
+        const int64_t row = pr / L.HV;
+        const int hv = static_cast<int>(pr - row * L.HV);
+        from[u] = row * src.qkvz_rs + L.z_col(hv, 0);
+        to[u] = row * z_rs + static_cast<int64_t>(hv) * L.V;
+      }
+    }
+    for (int e = e0; e < P; e += 32) {  // one round where P <= 32
+      uint4 v[kZPasses];
+#pragma unroll
+      for (int u = 0; u < kZPasses; ++u)
+        if (from[u] >= 0) v[u] = *reinterpret_cast<const uint4*>(x + from[u] + e * E);
+#pragma unroll
+      for (int u = 0; u < kZPasses; ++u)
+        if (to[u] >= 0) *reinterpret_cast<uint4*>(z + to[u] + e * E) = v[u];
+    }
+  }
+}
+
 }  // namespace gdn::cuda
