@@ -15,6 +15,10 @@
 //   CudaAttentionChunk.PromptSplitAcrossCalls: a 300-token prompt in one call and in two (130 tokens
 //     without initial state, then 170 with it): the same conv pool bytes, outputs and final state
 //     within rel L2 1e-2.
+//   CudaAttentionChunkZ.RowsOffSixteenBytesCopyElementwise: z with rows 16-byte aligned (the conv
+//     kernel's vector copy) and with a row stride of HV V + 1 elements (its element copy), bf16 and
+//     f32 activations, the planner's path and the step as two launches: z bit-exact against the
+//     CPU's, the gaps between rows untouched.
 // Tolerance: as tests/test_cuda_chunk.cpp (products in the 16-bit activation dtype, float32
 // accumulation: about 3e-3 measured against the float32 recurrence).
 #include "prop_attention.h"
@@ -228,6 +232,38 @@ std::vector<Case> cases() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Prop, CudaAttentionChunk, ::testing::ValuesIn(cases()), case_name);
+
+// z's copy (conv.cu, copy_z_wide) in 16-byte vectors where every row starts on 16 bytes, element by
+// element otherwise: both against the CPU, z bit for bit (a copy of inputs), with the gaps of the
+// strided rows left as poisoned.
+TEST(CudaAttentionChunkZ, RowsOffSixteenBytesCopyElementwise) {
+  PROP_SKIP_IF_UNAVAILABLE(Backend(Backend::kCUDA));
+  // the planner's choice (bf16: the chunk kernel, then the conv kernel) and the step as two launches
+  // (its conv kernel copies z for every activation dtype)
+  for (Path path : {Path::kAuto, Path::kStepTwoLaunches}) {
+    for (DType act : {DType::kBFloat16, DType::kFloat32}) {
+      for (int64_t extra : {0, 1}) {
+        const Backend gpu(Backend::kCUDA, path);
+        SCOPED_TRACE(::testing::Message() << cuda::plan::path_name(path) << ", " << dtype_name(act)
+                                          << ", z row stride HV V + " << extra);
+        Rng r(75);
+        AttnProblem p = make_problem(act, DType::kFloat32, SpecConvLayout::kPerToken, r);
+        AttnProblem pc = p, pr = p;
+        Buf core_c, z_c, core_r, z_r;
+        make_outputs(p, &core_c, &z_c, 1);
+        make_outputs(p, &core_r, &z_r, 1);
+        z_c = Buf(p.act, {p.rows_alloc, p.HV, p.V}, p.HV * p.V + extra);
+        z_r = Buf(p.act, {p.rows_alloc, p.HV, p.V}, p.HV * p.V + extra);
+        poison(z_c, 1);
+        poison(z_r, 1);
+        PROP_ASSERT_OK(run_attention(gpu, pc, core_c, z_c));
+        PROP_ASSERT_OK(run_attention(Backend::kCPU, pr, core_r, z_r));
+        EXPECT_EQ(byte_diff(z_c, z_r), "") << "z";
+        EXPECT_TRUE(z_c.canaries_ok()) << "write outside z";
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace gdn::prop
