@@ -15,6 +15,10 @@
 //   CudaAttentionChunk.PromptSplitAcrossCalls: a 300-token prompt in one call and in two (130 tokens
 //     without initial state, then 170 with it): the same conv pool bytes, outputs and final state
 //     within rel L2 1e-2.
+//   CudaAttentionChunkLong.MoreTilesThanGridRows: one prefill of 65535 * 8 + 1000 tokens, more
+//     tiles of 8 tokens than a grid has block rows (the conv into the chunk kernel's buffer loops
+//     over them): against the same call in the step (two launches), both on CUDA: outputs of the
+//     last 8192 tokens and the final state within rel L2 1e-2, the conv pool and z bit for bit.
 //   CudaAttentionChunkZ.RowsOffSixteenBytesCopyElementwise: z with rows 16-byte aligned (the conv
 //     kernel's vector copy) and with a row stride of HV V + 1 elements (its element copy), bf16 and
 //     f32 activations, the planner's path and the step as two launches: z bit-exact against the
@@ -232,6 +236,35 @@ std::vector<Case> cases() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Prop, CudaAttentionChunk, ::testing::ValuesIn(cases()), case_name);
+
+TEST(CudaAttentionChunkLong, MoreTilesThanGridRows) {
+  const Backend chunk(Backend::kCUDA), step(Backend::kCUDA, Path::kStepTwoLaunches);
+  PROP_SKIP_IF_UNAVAILABLE(chunk);
+  constexpr int64_t kLen = 65535 * 8 + 1000, kTail = 8192;
+  Rng r(76);
+  AttnProblem p;
+  p.H = 1; p.HV = 1; p.K = 128; p.V = 128; p.W = 4;
+  p.num_slots = 3;
+  p.seqs = {AttnSeq{}};
+  p.rows_alloc = p.num_actual = kLen;
+  for (int64_t t = 0; t < kLen; ++t) p.seqs[0].rows.push_back(t);
+  p.seqs[0].slot = 1;
+  p.seqs[0].has_init = true;
+  build_meta(p);
+  fill_attention_data(p, r);
+  AttnProblem pc = p, ps = p;
+  Buf core_c, z_c, core_s, z_s;
+  make_outputs(p, &core_c, &z_c, 0);
+  make_outputs(p, &core_s, &z_s, 0);
+  PROP_ASSERT_OK(run_attention(chunk, pc, core_c, z_c));
+  PROP_ASSERT_OK(run_attention(step, ps, core_s, z_s));
+  const int64_t row = p.HV * p.V;
+  const std::vector<Range> tail = {{(kLen - kTail) * row, kTail * row}};
+  EXPECT_LE(rel_l2(core_c, core_s, tail, tail), kTol) << "outputs of the last tokens";
+  EXPECT_LE(rel_l2(pc.ssm_pool, ps.ssm_pool), kTol) << "final state";
+  EXPECT_EQ(byte_diff(pc.conv_pool, ps.conv_pool), "") << "conv pool";
+  EXPECT_EQ(byte_diff(z_c, z_s), "") << "z";
+}
 
 // z's copy (conv.cu, copy_z_wide) in 16-byte vectors where every row starts on 16 bytes, element by
 // element otherwise: both against the CPU, z bit for bit (a copy of inputs), with the gaps of the

@@ -9,7 +9,10 @@
 // flight per SM than 16 tokens per thread at 175 registers. Rows of other tokens (short sequences,
 // padding, gaps between sequences) are left as they are; the conv pool and z are the conv kernel's
 // (conv.cu), after the recurrences.
-//   grid = (ceil(D / 1024), ceil(limit / 8)), block = 128
+//   grid = (ceil(D / 1024), min(ceil(limit / 8), 65535)), block = 128 (a block row per tile of 8 tokens,
+//   tiles past 65535 looped)
+#include <algorithm>
+
 #include "cuda/common/dispatch.h"
 #include "cuda/common/rec_common.cuh"
 #include "cuda/conv/conv.h"
@@ -73,15 +76,11 @@ __device__ __forceinline__ void tile_rows(const GroupMeta& g, int64_t u0, int64_
   }
 }
 
+// The tile of local tokens j0 .. j0 + 7, channels c0 .. c0 + 7.
 template <typename TAct, int W>
-__global__ void __launch_bounds__(kRowThreads, 4) conv_rows_kernel(const __grid_constant__ ConvParams p) {
-  static_assert(sizeof(TAct) == 2, "16-bit activations (the chunk kernel's)");
-  pdl_start();
+__device__ __forceinline__ void conv_tile(const ConvParams& p, int64_t j0, int c0) {
   const GroupMeta& g = p.group[0];
   const ConvRef& cv = p.conv;
-  const int c0 = (blockIdx.x * kRowThreads + threadIdx.x) * kVec;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kRowTokens;
-  if (c0 >= cv.D || g.n == 0) return;
   const int col = p.src.proj.conv_col(c0);  // 8 channels from c0: contiguous columns (runs of 8k)
 
   // Every input row the tile's taps may read: local tokens j0 - (W - 1) .. j0 + 7 (zeros outside
@@ -175,12 +174,24 @@ __global__ void __launch_bounds__(kRowThreads, 4) conv_rows_kernel(const __grid_
   }
 }
 
+template <typename TAct, int W>
+__global__ void __launch_bounds__(kRowThreads, 4) conv_rows_kernel(const __grid_constant__ ConvParams p) {
+  static_assert(sizeof(TAct) == 2, "16-bit activations (the chunk kernel's)");
+  pdl_start();
+  const int c0 = (blockIdx.x * kRowThreads + threadIdx.x) * kVec;
+  if (c0 >= p.conv.D || p.group[0].n == 0) return;
+  const int64_t tiles = (p.group[0].limit + kRowTokens - 1) / kRowTokens;
+  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y)  // more tiles than block rows past 65535
+    conv_tile<TAct, W>(p, tile * kRowTokens, c0);
+}
+
 template <typename TAct>
 Status launch_rows(const ConvParams& p, cudaStream_t stream) {
   const GroupMeta& g = p.group[0];
   if (g.n == 0 || g.limit == 0) return Status::Ok();
+  const int64_t tiles = (g.limit + kRowTokens - 1) / kRowTokens;  // a block row each, up to gridDim.y's limit
   const dim3 grid(static_cast<unsigned>((p.conv.D + kRowThreads * kVec - 1) / (kRowThreads * kVec)),
-                  static_cast<unsigned>((g.limit + kRowTokens - 1) / kRowTokens));
+                  static_cast<unsigned>(std::min<int64_t>(tiles, 65535)));
   Launch launch(grid, kRowThreads, 0, stream);
   return with_conv_width(p.conv.W, [&](auto w) { return launch(conv_rows_kernel<TAct, decltype(w)::value>, p); });
 }
