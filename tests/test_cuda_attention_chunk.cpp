@@ -17,12 +17,12 @@
 //     within rel L2 1e-2.
 //   CudaAttentionChunkLong.MoreTilesThanGridRows: one prefill of 65535 * 8 + 1000 tokens, more
 //     tiles of 8 tokens than a grid has block rows (the conv into the chunk kernel's buffer loops
-//     over them): against the same call in the step (two launches), both on CUDA: outputs of the
+//     over them), the split form forced: against the same call in the step (two launches), both on CUDA: outputs of the
 //     last 8192 tokens and the final state within rel L2 1e-2, the conv pool and z bit for bit.
 //   CudaAttentionChunkZ.RowsOffSixteenBytesCopyElementwise: z with rows 16-byte aligned (the conv
 //     kernel's vector copy) and with a row stride of HV V + 1 elements (its element copy), bf16 and
-//     f32 activations, the planner's path and the step as two launches: z bit-exact against the
-//     CPU's, the gaps between rows untouched.
+//     f32 activations, both projection layouts, the planner's path and the step as two launches: z
+//     bit-exact against the CPU's, the gaps between rows and graph-padded rows untouched.
 // Tolerance: as tests/test_cuda_chunk.cpp (products in the 16-bit activation dtype, float32
 // accumulation: about 3e-3 measured against the float32 recurrence).
 #include "prop_attention.h"
@@ -44,9 +44,10 @@ std::string case_name(const ::testing::TestParamInfo<Case>& i) {
          (c.layout == SpecConvLayout::kPerToken ? "_per_token_" : "_rolling_") + cuda::plan::path_name(c.path);
 }
 
-AttnProblem make_problem(DType act, DType ssm, SpecConvLayout layout, Rng& r) {
+AttnProblem make_problem(DType act, DType ssm, SpecConvLayout layout, Rng& r, bool reorder = false) {
   AttnProblem p;
   p.H = 1; p.HV = 2; p.K = 128; p.V = 128; p.W = 4; p.cols = 3;
+  p.reorder = reorder;
   p.act = act;
   p.ssm_dtype = ssm;
   p.conv_layout = layout;
@@ -238,7 +239,8 @@ std::vector<Case> cases() {
 INSTANTIATE_TEST_SUITE_P(Prop, CudaAttentionChunk, ::testing::ValuesIn(cases()), case_name);
 
 TEST(CudaAttentionChunkLong, MoreTilesThanGridRows) {
-  const Backend chunk(Backend::kCUDA), step(Backend::kCUDA, Path::kStepTwoLaunches);
+  // the split form forced (one sequence's form) against the step: the chunk path is the one tested
+  const Backend chunk(Backend::kCUDA, Path::kChunkSplit), step(Backend::kCUDA, Path::kStepTwoLaunches);
   PROP_SKIP_IF_UNAVAILABLE(chunk);
   constexpr int64_t kLen = 65535 * 8 + 1000, kTail = 8192;
   Rng r(76);
@@ -276,23 +278,25 @@ TEST(CudaAttentionChunkZ, RowsOffSixteenBytesCopyElementwise) {
   for (Path path : {Path::kAuto, Path::kStepTwoLaunches}) {
     for (DType act : {DType::kBFloat16, DType::kFloat32}) {
       for (int64_t extra : {0, 1}) {
-        const Backend gpu(Backend::kCUDA, path);
-        SCOPED_TRACE(::testing::Message() << cuda::plan::path_name(path) << ", " << dtype_name(act)
-                                          << ", z row stride HV V + " << extra);
-        Rng r(75);
-        AttnProblem p = make_problem(act, DType::kFloat32, SpecConvLayout::kPerToken, r);
-        AttnProblem pc = p, pr = p;
-        Buf core_c, z_c, core_r, z_r;
-        make_outputs(p, &core_c, &z_c, 1);
-        make_outputs(p, &core_r, &z_r, 1);
-        z_c = Buf(p.act, {p.rows_alloc, p.HV, p.V}, p.HV * p.V + extra);
-        z_r = Buf(p.act, {p.rows_alloc, p.HV, p.V}, p.HV * p.V + extra);
-        poison(z_c, 1);
-        poison(z_r, 1);
-        PROP_ASSERT_OK(run_attention(gpu, pc, core_c, z_c));
-        PROP_ASSERT_OK(run_attention(Backend::kCPU, pr, core_r, z_r));
-        EXPECT_EQ(byte_diff(z_c, z_r), "") << "z";
-        EXPECT_TRUE(z_c.canaries_ok()) << "write outside z";
+        for (bool reorder : {false, true}) {
+          const Backend gpu(Backend::kCUDA, path);
+          SCOPED_TRACE(::testing::Message() << cuda::plan::path_name(path) << ", " << dtype_name(act)
+                                            << ", z row stride HV V + " << extra
+                                            << (reorder ? ", [q|k|v|z] rows" : ""));
+          Rng r(75);
+          AttnProblem p = make_problem(act, DType::kFloat32, SpecConvLayout::kPerToken, r, reorder);
+          AttnProblem pc = p, pr = p;
+          Buf core_c, z_c, core_r, z_r;
+          make_outputs(p, &core_c, &z_c, 1);
+          make_outputs(p, &core_r, &z_r, 1);
+          z_c = Buf(p.act, {p.rows_alloc, p.HV, p.V}, p.HV * p.V + extra);
+          z_r = Buf(p.act, {p.rows_alloc, p.HV, p.V}, p.HV * p.V + extra);
+          poison(z_c, 1);
+          poison(z_r, 1);
+          PROP_ASSERT_OK(run_attention(gpu, pc, core_c, z_c));
+          PROP_ASSERT_OK(run_attention(Backend::kCPU, pr, core_r, z_r));
+          EXPECT_EQ(byte_diff(z_c, z_r), "") << "z, its stride gaps and graph-padded rows";
+        }
       }
     }
   }
