@@ -116,15 +116,30 @@ void expect_like_cpu(const AttnProblem& got, const Buf& core_g, const Buf& z_g, 
       << "write outside a buffer";
 }
 
-// p on `cuda` and on the CPU, from the same inputs and zeroed outputs: expect_like_cpu.
+// p's call on `be` with its own copy of p's pools and new outputs (make_outputs' poison kind; z's
+// rows z_stride elements apart, -1: dense): the pools and outputs after it, and its status.
+struct AttnRun {
+  AttnProblem p;
+  Buf core, z;
+  Status st;
+};
+AttnRun run_copy(const Backend& be, const AttnProblem& p, int poison_kind, int64_t z_stride = -1) {
+  AttnRun r{p, {}, {}, Status::Ok()};
+  make_outputs(p, &r.core, &r.z, poison_kind);
+  if (z_stride >= 0) {
+    r.z = Buf(p.act, {p.rows_alloc, p.HV, p.V}, z_stride);
+    poison(r.z, poison_kind);
+  }
+  r.st = run_attention(be, r.p, r.core, r.z);
+  return r;
+}
+
+// p on `cuda` and on the CPU, from the same inputs and the same poisoned outputs: expect_like_cpu.
 void expect_cuda_like_cpu(const Backend& cuda, const AttnProblem& p) {
-  AttnProblem pc = p, pr = p;
-  Buf core_c, z_c, core_r, z_r;
-  make_outputs(p, &core_c, &z_c, 0);
-  make_outputs(p, &core_r, &z_r, 0);
-  PROP_ASSERT_OK(run_attention(cuda, pc, core_c, z_c));
-  PROP_ASSERT_OK(run_attention(Backend::kCPU, pr, core_r, z_r));
-  expect_like_cpu(pc, core_c, z_c, pr, core_r, z_r);
+  const AttnRun c = run_copy(cuda, p, 0), r = run_copy(Backend::kCPU, p, 0);
+  PROP_ASSERT_OK(c.st);
+  PROP_ASSERT_OK(r.st);
+  expect_like_cpu(c.p, c.core, c.z, r.p, r.core, r.z);
 }
 
 class CudaAttentionChunk : public ::testing::TestWithParam<Case> {};
@@ -145,16 +160,13 @@ TEST_P(CudaAttentionChunk, IdenticalBytesRunAfterRun) {
   PROP_SKIP_IF_UNAVAILABLE(cuda);
   Rng r(72);
   AttnProblem p = make_problem(c.act, c.ssm, c.layout, r);
-  AttnProblem pa = p, pb = p;
-  Buf core_a, z_a, core_b, z_b;
-  make_outputs(p, &core_a, &z_a, 1);
-  make_outputs(p, &core_b, &z_b, 1);
-  PROP_ASSERT_OK(run_attention(cuda, pa, core_a, z_a));
-  PROP_ASSERT_OK(run_attention(cuda, pb, core_b, z_b));
-  EXPECT_EQ(byte_diff(core_a, core_b), "");
-  EXPECT_EQ(byte_diff(z_a, z_b), "");
-  EXPECT_EQ(byte_diff(pa.conv_pool, pb.conv_pool), "");
-  EXPECT_EQ(byte_diff(pa.ssm_pool, pb.ssm_pool), "");
+  const AttnRun a = run_copy(cuda, p, 1), b = run_copy(cuda, p, 1);
+  PROP_ASSERT_OK(a.st);
+  PROP_ASSERT_OK(b.st);
+  EXPECT_EQ(byte_diff(a.core, b.core), "");
+  EXPECT_EQ(byte_diff(a.z, b.z), "");
+  EXPECT_EQ(byte_diff(a.p.conv_pool, b.p.conv_pool), "");
+  EXPECT_EQ(byte_diff(a.p.ssm_pool, b.p.ssm_pool), "");
 }
 
 // Offsets that decrease somewhere (docs/contract.md §3: that pair is an empty sequence) may make
@@ -254,18 +266,15 @@ TEST(CudaAttentionChunkLong, MoreTilesThanGridRows) {
   p.seqs[0].has_init = true;
   build_meta(p);
   fill_attention_data(p, r);
-  AttnProblem pc = p, ps = p;
-  Buf core_c, z_c, core_s, z_s;
-  make_outputs(p, &core_c, &z_c, 0);
-  make_outputs(p, &core_s, &z_s, 0);
-  PROP_ASSERT_OK(run_attention(chunk, pc, core_c, z_c));
-  PROP_ASSERT_OK(run_attention(step, ps, core_s, z_s));
+  const AttnRun c = run_copy(chunk, p, 0), s = run_copy(step, p, 0);
+  PROP_ASSERT_OK(c.st);
+  PROP_ASSERT_OK(s.st);
   const int64_t row = p.HV * p.V;
   const std::vector<Range> tail = {{(kLen - kTail) * row, kTail * row}};
-  EXPECT_LE(rel_l2(core_c, core_s, tail, tail), kTol) << "outputs of the last tokens";
-  EXPECT_LE(rel_l2(pc.ssm_pool, ps.ssm_pool), kTol) << "final state";
-  EXPECT_EQ(byte_diff(pc.conv_pool, ps.conv_pool), "") << "conv pool";
-  EXPECT_EQ(byte_diff(z_c, z_s), "") << "z";
+  EXPECT_LE(rel_l2(c.core, s.core, tail, tail), kTol) << "outputs of the last tokens";
+  EXPECT_LE(rel_l2(c.p.ssm_pool, s.p.ssm_pool), kTol) << "final state";
+  EXPECT_EQ(byte_diff(c.p.conv_pool, s.p.conv_pool), "") << "conv pool";
+  EXPECT_EQ(byte_diff(c.z, s.z), "") << "z";
 }
 
 // z's copy (conv.cu, copy_z_wide) in 16-byte vectors where every row starts on 16 bytes, element by
@@ -285,17 +294,11 @@ TEST(CudaAttentionChunkZ, RowsOffSixteenBytesCopyElementwise) {
                                             << (reorder ? ", [q|k|v|z] rows" : ""));
           Rng r(75);
           AttnProblem p = make_problem(act, DType::kFloat32, SpecConvLayout::kPerToken, r, reorder);
-          AttnProblem pc = p, pr = p;
-          Buf core_c, z_c, core_r, z_r;
-          make_outputs(p, &core_c, &z_c, 1);
-          make_outputs(p, &core_r, &z_r, 1);
-          z_c = Buf(p.act, {p.rows_alloc, p.HV, p.V}, p.HV * p.V + extra);
-          z_r = Buf(p.act, {p.rows_alloc, p.HV, p.V}, p.HV * p.V + extra);
-          poison(z_c, 1);
-          poison(z_r, 1);
-          PROP_ASSERT_OK(run_attention(gpu, pc, core_c, z_c));
-          PROP_ASSERT_OK(run_attention(Backend::kCPU, pr, core_r, z_r));
-          EXPECT_EQ(byte_diff(z_c, z_r), "") << "z, its stride gaps and graph-padded rows";
+          const int64_t zs = p.HV * p.V + extra;
+          const AttnRun c = run_copy(gpu, p, 1, zs), cpu = run_copy(Backend::kCPU, p, 1, zs);
+          PROP_ASSERT_OK(c.st);
+          PROP_ASSERT_OK(cpu.st);
+          EXPECT_EQ(byte_diff(c.z, cpu.z), "") << "z, its stride gaps and graph-padded rows";
         }
       }
     }
