@@ -41,8 +41,9 @@ struct DeferredParams : RecurrentParams {
 // The bytes of the lean form's prepared token inputs (deferred_prep.cuh) for p's group 0: verify
 // steps (log_tokens: a few tokens per sequence) where the lean form can take them (K = 128, "vk"
 // state) and the planner gives it 16-row warps (plan_deferred with force), with the algebra's
-// coefficients where it plans the algebra (trees: only then); else 0. Callers take them with the rest of their workspace, before anything is written, and set prep
-// and prep_rows. (deferred_attention.cu)
+// coefficients where it plans the algebra (trees: only then); else 0. Callers take them with the
+// rest of their workspace, before anything is written, and set prep and prep_rows.
+// (deferred_attention.cu)
 size_t deferred_prep_bytes(const DeferredParams& p, plan::Override force);
 
 // The launch for p, as plan::plan_deferred decides (force: a deferred path, else the planner's).

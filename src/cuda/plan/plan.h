@@ -178,12 +178,12 @@ AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_m
 // warp above deferred_lean16_warps warps; there token trees of at most kDeferredAlgebraNodes nodes
 // go through the algebra (deferred_coef.cuh; a sequence that does not fit its chunk goes to the
 // general kernel after it), chains through the recurrence; other trees and every other shape to
-// the general kernel (deferred/deferred.cuh: trees, every
-// shape) in one of two block sizes, kDeferredRows rows of a (sequence, value head) per block (four
-// warps sharing a chunk's staged inputs and key products) or kDeferredSmallRows (one warp). The
-// four-warp form unless its grid would leave most SMs idle: at most deferred_small_blocks blocks
-// (scaled by the SM count), where the one-warp form's four times as many blocks spread further. A
-// forced path runs where it can (the lean form where lean_ok).
+// the general kernel (deferred/deferred.cuh: trees, every shape) in one of two block sizes,
+// kDeferredRows rows of a (sequence, value head) per block (four warps sharing a chunk's staged
+// inputs and key products) or kDeferredSmallRows (one warp). The four-warp form unless its grid
+// would leave most SMs idle: at most deferred_small_blocks blocks (scaled by the SM count), where
+// the one-warp form's four times as many blocks spread further. A forced path runs where it can
+// (the lean form where lean_ok).
 constexpr int kDeferredRows = 32, kDeferredSmallRows = 8, kDeferredLean16Rows = 16;
 constexpr int64_t kDeferredAlgebraNodes = 8;  // replay and step within the algebra's 16-node chunk
 struct DeferredProblem {
