@@ -167,10 +167,6 @@ TEST(Plan, GateFormsTakeTheDefaultFormsPathsWithInstances) {
   for (Path f : {Path::kRegisterMid, Path::kPacked, Path::kDeferred, Path::kChunk32, Path::kStepCluster})
     EXPECT_FALSE(takes_gate_forms(f)) << path_name(f);
   auto with_forms = [](Path def) { return takes_gate_forms(def) ? def : Path::kRegisterLarge; };
-  // float32 one-token batches from forms_register_f32 sequence-heads: the register kernel instead
-  auto forms_register = [](const Problem& p, int sms) {
-    return p.state_bytes == 4 && p.one_token() && at_least(p.seqheads(), kSm90.forms_register_f32, kSm90, sms);
-  };
   for (int state_bytes : {4, 2})
     for (int tok : {1, 4})
       for (int64_t nseq : {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 25, 63, 64, 128, 256})
@@ -185,7 +181,7 @@ TEST(Plan, GateFormsTakeTheDefaultFormsPathsWithInstances) {
             q.gate_forms = true;
             for (int sms : {132, 114}) {
               const Plan def = plan_launch(p, 9, FakeFacts(sms)), got = plan_launch(q, 9, FakeFacts(sms));
-              EXPECT_EQ(got.path, forms_register(p, sms) ? Path::kRegisterLarge : with_forms(def.path))
+              EXPECT_EQ(got.path, with_forms(def.path))
                   << sms << " SMs, default " << path_name(def.path);
               if (got.path == def.path) EXPECT_TRUE(got.tok == def.tok && got.blocks == def.blocks);
             }
@@ -209,10 +205,10 @@ TEST(Plan, GateFormsTakeTheDefaultFormsPathsWithInstances) {
   p = qwen(64, 1, 4, false);  // float32 state, 2048 sequence-heads
   p.gate_forms = true;
   EXPECT_EQ(path_of(p), Path::kLean);
-  p = qwen(128, 1, 4, false);  // 4096: forms_register_f32
+  p = qwen(128, 1, 4, false);  // 4096: the lean kernel, as for the default form
   p.gate_forms = true;
-  EXPECT_EQ(path_of(p), Path::kRegisterLarge);
-  EXPECT_EQ(path_of(qwen(128, 1, 4, false)), Path::kLean);  // the default form keeps the lean kernel
+  EXPECT_EQ(path_of(p), Path::kLean);
+  EXPECT_EQ(path_of(qwen(128, 1, 4, false)), Path::kLean);
   p = qwen(128, 4, 4, true);  // verify batches keep the default form's choice
   p.gate_forms = true;
   EXPECT_EQ(path_of(p), path_of(qwen(128, 4, 4, true)));

@@ -109,12 +109,7 @@ Plan plan_recurrent(const Ctx& c, Path force) {
     default:
       break;
   }
-  // the planner's choice; float32 one-token batches with other gate forms: the register kernel
-  // from forms_register_f32 sequence-heads (the lean kernel's gate-form instance is slower there)
-  if (p.gate_forms && !sixteen && p.one_token() && c.ge(p.seqheads(), c.t.forms_register_f32)) {
-    pl.path = Path::kRegisterLarge;
-    return pl;
-  }
+  // the planner's choice
   if (p.lean_ok && lean_chosen(c)) return lean(lean_more(c, p.lean_blocks), lean_staged(c));
   if (Plan t = pipelined(c, false); t.tok) return t;
   const int64_t sh = p.seqheads();

@@ -25,7 +25,6 @@ struct Tuning {
   int pipelined_f32_verify_lo, pipelined_f32_verify_hi;  // float32 verify in [lo, hi): register kernel
   int register_small_f32, register_small_16;  // the register kernel's small-batch form up to this
   int register_mid_16;                        // 16-bit verify: its mid-batch form up to this
-  int forms_register_f32;  // float32 one-token batches with other gate forms: the register kernel from this
 
   // gdn_attention's step, in (sequence, key head) groups.
   int step_pipelined_min_one;  // one-token batches: the pipelined step from this many groups
@@ -63,7 +62,6 @@ inline constexpr Tuning kSm90 = {
     /*pipelined_f32_verify_lo=*/512, /*pipelined_f32_verify_hi=*/4096,
     /*register_small_f32=*/64, /*register_small_16=*/64,
     /*register_mid_16=*/128,
-    /*forms_register_f32=*/4096,
     /*step_pipelined_min_one=*/96,
     /*step_pipelined_min_16=*/128,
     /*step_pipelined_min_f32=*/192,
