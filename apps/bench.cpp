@@ -11,7 +11,8 @@
 // conv + gates + norms + recurrence + conv pool + z, one decode/verify step of one layer, verify
 // conv windows in the rolling line) and "fused_per_token" (the same, conv windows per draft slot).
 // "chunked" (gated_delta_rule_chunked: prefill of N sequences of T tokens, --shapes NxT,...; ms,
-// tokens/s, TFLOP/s of the chunk form and % of the dense bf16 tensor-core peak),
+// tokens/s, TFLOP/s of the chunk form and % of the dense bf16 tensor-core peak), "chunked_given"
+// (the same prefills with the gates given as recurrent_given's: FLA's chunk_gated_delta_rule),
 // "attention_prefill" (the same prefills through gdn_attention: conv, gates, chunk, pools, z),
 // "deferred" (gated_delta_rule_recurrent's deferred-commit mode, bench_deferred.cpp: linear verify
 // of each T of --t, and trees of each node count of --tree, rows "deferred" and "deferred_tree") and
@@ -58,6 +59,19 @@ std::vector<int32_t> host_slots(int64_t c, int64_t N, int64_t T) {
   return s;
 }
 
+// Transformers' and FLA's gates, given: the log-space decay in float32 (g_log, rows x HV, random in
+// [-0.5, 0.5)) in place of a, beta in the activation dtype in place of b, no A_log or dt_bias.
+void give_gates(GatedDeltaRuleArgs& g, DevBuf& g_log, int64_t rows, int64_t HV) {
+  fill(g_log, DType::kFloat32);
+  g.a = dev_view(g_log.p, DType::kFloat32, {rows, HV});
+  g.A_log = g.dt_bias = TensorView{};
+  g.beta_sigmoid = false;
+}
+
+bool is_prefill_op(const std::string& op) {
+  return op == "chunked" || op == "chunked_given" || op == "attention_prefill";
+}
+
 // arena: where every case's state pool lives (one allocation for the whole run, made before the
 // first case: a case's time must not depend on what earlier cases allocated and freed; with a
 // pool per case, verify T = 4 N = 64 took 205-211 instead of 189-191 us after a T = 3 case).
@@ -98,13 +112,8 @@ Result run_case(const Case& k, int replays, DevBuf& arena, cuda::plan::Override 
     TokenBufs tok(m, rows, act);
     GatedDeltaRuleArgs g;
     tok.into(g, m, rows, act, A_log, dt_bias);
-    DevBuf g_log(given ? rows * m.HV * 4 : 16);  // given: the float32 log-space decay in place of a
-    if (given) {
-      fill(g_log, DType::kFloat32);
-      g.a = dev_view(g_log.p, DType::kFloat32, {rows, m.HV});
-      g.A_log = g.dt_bias = TensorView{};
-      g.beta_sigmoid = false;
-    }
+    DevBuf g_log(given ? rows * m.HV * 4 : 16);
+    if (given) give_gates(g, g_log, rows, m.HV);
     g.ssm_state = dev_view(pool.p, k.state, {ps.num_slots, m.HV, m.V, m.K});
     g.query_start_loc = dev_view(d_qsl.p, DType::kInt32, {N + 1});
     if (spec) g.num_accepted_tokens = dev_view(d_acc.p, DType::kInt32, {N});
@@ -165,8 +174,9 @@ double chunk_flops_per_token(const Model& m) {
   return 4 * C * K + 2 * C * (K + V) + 4 * K * V + 2 * C * V + 2 * K * V;
 }
 
-// Prefill (op "chunked"): N sequences of T tokens in one call of gated_delta_rule_chunked with
-// initial states; a graph of a few calls (each on the same inputs and slots), the median per call.
+// Prefill (ops "chunked", "chunked_given", "attention_prefill"): N sequences of T tokens in one call
+// of gated_delta_rule_chunked (or gdn_attention) with initial states; a graph of a few calls (each
+// on the same inputs and slots), the median per call.
 Result run_prefill(const Case& k, int replays, cuda::plan::Override force) {
   const Model& m = *k.m;
   const int64_t N = k.N, T = k.T, rows = N * T;
@@ -206,6 +216,11 @@ Result run_prefill(const Case& k, int replays, cuda::plan::Override force) {
     res.us = time_attention(3, replays, ga, [](GdnAttentionArgs&, int) {}, force);
     res.bytes += rows * 2.0 * (width - 2 * m.H * m.K - m.HV * m.V) + N * 4.0 * (W - 1) * D;
   } else {
+    DevBuf g_log(k.op == "chunked_given" ? rows * m.HV * 4 : 16);
+    if (k.op == "chunked_given") {
+      give_gates(g, g_log, rows, m.HV);
+      res.bytes += rows * 2.0 * m.HV;  // a in float32
+    }
     Status st = can_implement_chunked(g);
     if (!st.ok()) return Result{0, 0, 0, st.message()};
     res.us = time_graph(3, replays, [&](int, cudaStream_t s) {
@@ -258,14 +273,15 @@ int cmd_bench(int argc, char** argv) {
                    "usage: gdn bench [--models %s] [--n %s] [--t %s] [--state %s] [--ops %s] [--replays N>=20] "
                    "[--path KERNEL_PATH] [--shapes %s] [--tree %s] [--out FILE.json]\n"
                    "ops: recurrent, recurrent_given, fused, fused_per_token (N x T of --n, --t); chunked, "
-                   "attention_prefill (--shapes); deferred (and deferred_tree of --tree), attention_deferred\n",
+                   "chunked_given, attention_prefill (--shapes); deferred (and deferred_tree of --tree), "
+                   "attention_deferred\n",
                    models.c_str(), ns.c_str(), ts.c_str(), states.c_str(), ops.c_str(), shapes.c_str(), trees.c_str());
       return a == "--help" ? 0 : 2;
     }
   }
   for (const auto& op : split(ops)) {
-    static const char* const kOps[] = {"recurrent",         "recurrent_given", "fused",    "fused_per_token", "chunked",
-                                       "attention_prefill", "deferred",        "attention_deferred"};
+    static const char* const kOps[] = {"recurrent", "recurrent_given",   "fused",    "fused_per_token",   "chunked",
+                                       "chunked_given", "attention_prefill", "deferred", "attention_deferred"};
     if (std::none_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return op == o; })) {
       std::fprintf(stderr, "gdn bench: unknown op %s (gdn bench --help lists them)\n", op.c_str());
       return 2;
@@ -331,7 +347,7 @@ int cmd_bench(int argc, char** argv) {
       if (!m) { std::fprintf(stderr, "gdn bench: unknown model %s\n", mn.c_str()); return 2; }
       for (const auto& st : split(states)) {
         const DType sd = st == "bf16" ? DType::kBFloat16 : DType::kFloat32;
-        if (op == "chunked" || op == "attention_prefill") {  // N x T prefill shapes
+        if (is_prefill_op(op)) {  // N x T prefill shapes
           for (const auto& [n, t] : shape_list) cases.push_back(Case{m, n, t, sd, op});
           continue;
         }
@@ -344,11 +360,11 @@ int cmd_bench(int argc, char** argv) {
     }
   size_t arena_bytes = 0;
   for (const Case& c : cases)
-    if (c.N > 0 && c.T > 0 && c.op != "chunked" && c.op != "attention_prefill") arena_bytes = std::max(arena_bytes, pool_shape(c).bytes());
+    if (c.N > 0 && c.T > 0 && !is_prefill_op(c.op)) arena_bytes = std::max(arena_bytes, pool_shape(c).bytes());
   DevBuf arena(std::max<size_t>(arena_bytes, 16));
   for (const Case& c : cases) {
     const std::string mn = c.m->name, st = c.state == DType::kBFloat16 ? "bf16" : "f32";
-    const bool prefill = c.op == "chunked" || c.op == "attention_prefill";
+    const bool prefill = is_prefill_op(c.op);
     const Result r = prefill                  ? run_prefill(c, replays, force)
                      : is_deferred_op(c.op) ? run_deferred_case(c, replays, arena, force)
                                             : run_case(c, replays, arena, force);
