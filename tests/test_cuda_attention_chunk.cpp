@@ -17,8 +17,9 @@
 //     within rel L2 1e-2.
 //   CudaAttentionChunkLong.MoreTilesThanGridRows: one prefill of 65535 * 8 + 1000 tokens, more
 //     tiles of 8 tokens than a grid has block rows (the conv into the chunk kernel's buffer loops
-//     over them), the split form forced: against the same call in the step (two launches), both on CUDA: outputs of the
-//     last 8192 tokens and the final state within rel L2 1e-2, the conv pool and z bit for bit.
+//     over them), the split form forced: against the same call in the step (two launches), both on
+//     CUDA: outputs of the last 8192 tokens and the final state within rel L2 1e-2, the conv pool
+//     and z bit for bit.
 //   CudaAttentionChunkZ.RowsOffSixteenBytesCopyElementwise: z with rows 16-byte aligned (the conv
 //     kernel's vector copy) and with a row stride of HV V + 1 elements (its element copy), bf16 and
 //     f32 activations, both projection layouts, the planner's path and the step as two launches: z

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const __grid_constan
   const int64_t nseq = p.group[0].n + p.group[1].n;
   if (kFused && blockIdx.y >= nseq) {
     copy_z_wide<TAct, kConvThreads>(p.src, p.z, p.z_rs, (blockIdx.y - nseq) * gridDim.x + blockIdx.x,
-                               (gridDim.y - nseq) * gridDim.x);
+                                    (gridDim.y - nseq) * gridDim.x);
     return;
   }
   const SeqRef sq = seq_ref(p, blockIdx.y);
