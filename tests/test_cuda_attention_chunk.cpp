@@ -10,6 +10,11 @@
 //     graph-padded rows untouched, z and the conv pool bit-exact (copies of inputs), slots no
 //     sequence names bit-exact.
 //   CudaAttentionChunk.IdenticalBytesRunAfterRun: the same call twice, every output bit for bit.
+//   CudaAttentionChunkSplit.SameBytesAsTheProducers: the split form (prep kernel) against the
+//     producers' form (chunk32) on the same batch: every output and pool bit for bit, bf16
+//     activations, both state dtypes, conv widths 2, 4, 5, token rows in order and interleaved
+//     (the final state of a sequence whose last chunk is partial included: both take the decay of
+//     the last token, chunk_prep.cuh).
 //   CudaAttentionChunkOffsets.DecreasingOffsetsTakeTheStep: the same kind of batch with a decreasing
 //     pair of non-spec offsets, where every sequence takes the step; against the CPU as above.
 //   CudaAttentionChunk.PromptSplitAcrossCalls: a 300-token prompt in one call and in two (130 tokens
@@ -45,9 +50,9 @@ std::string case_name(const ::testing::TestParamInfo<Case>& i) {
          (c.layout == SpecConvLayout::kPerToken ? "_per_token_" : "_rolling_") + cuda::plan::path_name(c.path);
 }
 
-AttnProblem make_problem(DType act, DType ssm, SpecConvLayout layout, Rng& r, bool reorder = false) {
+AttnProblem make_problem(DType act, DType ssm, SpecConvLayout layout, Rng& r, bool reorder = false, int W = 4) {
   AttnProblem p;
-  p.H = 1; p.HV = 2; p.K = 128; p.V = 128; p.W = 4; p.cols = 3;
+  p.H = 1; p.HV = 2; p.K = 128; p.V = 128; p.W = W; p.cols = 3;
   p.reorder = reorder;
   p.act = act;
   p.ssm_dtype = ssm;
@@ -168,6 +173,26 @@ TEST_P(CudaAttentionChunk, IdenticalBytesRunAfterRun) {
   EXPECT_EQ(byte_diff(a.z, b.z), "");
   EXPECT_EQ(byte_diff(a.p.conv_pool, b.p.conv_pool), "");
   EXPECT_EQ(byte_diff(a.p.ssm_pool, b.p.ssm_pool), "");
+}
+
+// The split form (prep kernel) against the producers' form (chunk32): the same bytes everywhere.
+TEST(CudaAttentionChunkSplit, SameBytesAsTheProducers) {
+  const Backend split(Backend::kCUDA, Path::kChunkSplit), prod(Backend::kCUDA, Path::kChunk32);
+  PROP_SKIP_IF_UNAVAILABLE(split);
+  for (DType ssm : {DType::kFloat32, DType::kBFloat16})
+    for (int W : {4, 2, 5})
+      for (bool reorder : {false, true}) {
+        Rng r(74 + W);
+        const AttnProblem p = make_problem(DType::kBFloat16, ssm, SpecConvLayout::kPerToken, r, reorder, W);
+        SCOPED_TRACE(::testing::Message() << "state " << dtype_short(ssm) << ", W " << W << ", reorder " << reorder);
+        const AttnRun a = run_copy(split, p, 1), b = run_copy(prod, p, 1);
+        PROP_ASSERT_OK(a.st);
+        PROP_ASSERT_OK(b.st);
+        EXPECT_EQ(byte_diff(a.core, b.core), "") << "core_attn_out";
+        EXPECT_EQ(byte_diff(a.z, b.z), "") << "z";
+        EXPECT_EQ(byte_diff(a.p.conv_pool, b.p.conv_pool), "") << "conv pool";
+        EXPECT_EQ(byte_diff(a.p.ssm_pool, b.p.ssm_pool), "") << "ssm pool";
+      }
 }
 
 // Offsets that decrease somewhere (docs/contract.md §3: that pair is an empty sequence) may make
