@@ -16,9 +16,10 @@
 //     the longer chain, never wait for a load (the consumers stage chunks 0 and 1 first).
 // Split form (ChunkParams::prep, chunk_split.cuh): the prep kernel has written every chunk's
 // producer results beforehand; the producers issue the loads of a chunk's records and raw q, k
-// into the buffer the consumers released (three buffers, SplitLayout) and hand over the chunk two
-// issues later, so that two chunks' loads are in flight while the consumers work; the chain per
-// chunk is the consumers' alone.
+// into the buffer the consumers released (three buffers, SplitLayout) and hand over the chunk once
+// landed, before they wait to issue the next one, so that two chunks' loads are in flight while the
+// consumers work and the next chunk is ready when they finish one; the chain per chunk is the
+// consumers' alone.
 // The l2 norms, beta and the decays are row and column scalings in float32 of products of the raw
 // 16-bit inputs (no normalised copy is stored). T is never formed: producer warp b inverts the
 // 16 x 16 diagonal block D_b = (I + L_bb)^-1 (float32 forward substitution) and forms
@@ -49,21 +50,23 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
 
   if (warp < 4) {  // producers
     if constexpr (kSplit) {
-      // Iteration ci: chunk ci's loads issued into the buffer the consumers released, then chunk
-      // ci - kLag, whose loads have landed by then, handed to the consumers: kLag chunks in flight.
+      // Iteration ci: chunk ci - kLag, whose loads were issued kLag iterations ago, handed to the
+      // consumers once landed; then chunk ci's loads issued into the buffer the consumers release
+      // when they finish chunk ci - kB (the one before ci - kLag): the hand-over comes first, so the
+      // consumers find the next chunk ready while the producers wait to issue, kLag chunks in flight.
       constexpr int kLag = kB - 1;
       for (int64_t ci = 0; ci < nchunks + kLag; ++ci) {
+        const int64_t cj = ci - kLag;
+        if (cj >= 0) {
+          mma::cp_async_wait<kLag - 1>();  // the groups up to cj's (one group per iteration)
+          finish_chunk<L>(smem, buf_of(cj), chunk_len(cj), tid);
+          mma::bar_arrive(kFull + buf_of(cj), kThreads);
+        }
         if (ci < nchunks) {
           mma::bar_sync(kEmpty + buf_of(ci), kThreads);
           issue_chunk<TAct, L>(p, src, smem, buf_of(ci), lt_begin + ci * kC, chunk_len(ci), hv, v0, tid);
         } else {
-          mma::cp_async_commit();  // an empty group: the count of groups in flight stays kLag
-        }
-        const int64_t cj = ci - kLag;
-        if (cj >= 0) {
-          mma::cp_async_wait<kLag>();
-          finish_chunk<L>(smem, buf_of(cj), chunk_len(cj), tid);
-          mma::bar_arrive(kFull + buf_of(cj), kThreads);
+          mma::cp_async_commit();  // an empty group: one group per iteration, as the wait counts
         }
       }
     } else {
