@@ -382,6 +382,10 @@ TEST(Plan, AttentionChunk) {
   sp.chunk_ok = sp.split_ok = true;
   EXPECT_TRUE(plan_attention_chunk(sp, 9, 132).split);
   EXPECT_EQ(plan_attention_chunk(sp, 9, 132).vs, 32);
+  sp.prefills = 3;  // 384 blocks of 32 columns: three waves
+  EXPECT_TRUE(plan_attention_chunk(sp, 9, 132).split);
+  sp.prefills = 4;
+  EXPECT_FALSE(plan_attention_chunk(sp, 9, 132).split);
   sp.prefills = 8;
   EXPECT_FALSE(plan_attention_chunk(sp, 9, 132).split);
   EXPECT_TRUE(plan_attention_chunk(sp, 9, 132, {Path::kChunkSplit}).split);

@@ -44,7 +44,10 @@ struct Tuning {
   // The chunked op.
   int chunk_min_tokens;   // the chunk kernel from this many tokens per sequence (on average)
   int chunk_vs64_blocks;  // 64 value columns per block from this many such blocks
-  int chunk_split_blocks;  // the split form (prep kernel first) up to this many 32-column blocks
+  // The split form (prep kernel first) up to this many 32-column blocks: three waves of one block
+  // per SM (H100, Qwen3-Next TP1: the split form 0.57-0.80x the other forms' time at 2-3 sequences,
+  // 1.05-1.07x at 4 x 4096, 4 x 8192 and 8 x 2048, where the 64-column form fills two waves).
+  int chunk_split_blocks;
 };
 
 // sm_90 (H100, H200, H20), measured on an H200 with the three model shapes of docs/performance.md.
@@ -71,7 +74,7 @@ inline constexpr Tuning kSm90 = {
     /*deferred_lean16_warps=*/2048,
     /*chunk_min_tokens=*/32,
     /*chunk_vs64_blocks=*/132,
-    /*chunk_split_blocks=*/132,
+    /*chunk_split_blocks=*/396,
 };
 
 inline const Tuning& tuning_for(int /*cc_major*/) { return kSm90; }
