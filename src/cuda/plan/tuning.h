@@ -45,7 +45,7 @@ struct Tuning {
   int chunk_min_tokens;   // the chunk kernel from this many tokens per sequence (on average)
   int chunk_vs64_blocks;  // 64 value columns per block from this many such blocks
   // The split form (prep kernel first) up to this many 32-column blocks: three waves of one block
-  // per SM (H100, Qwen3-Next TP1: the split form 0.57-0.80x the other forms' time at 2-3 sequences,
+  // per SM (H100, Qwen3-Next TP1: the split form 0.57-0.83x the other forms' time at 2-3 sequences,
   // 1.05-1.07x at 4 x 4096, 4 x 8192 and 8 x 2048, where the 64-column form fills two waves).
   int chunk_split_blocks;
 };
