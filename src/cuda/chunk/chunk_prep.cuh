@@ -121,9 +121,7 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
     if (lane == 0) excl = 0.f;
     // rows past n: the last token's value itself (the scan's sums over their zeros round
     // differently), as the split form's records give them (finish_chunk)
-    const float ge = __shfl_sync(0xffffffffu, excl + g[0], (n - 1) >> 1);
-    const float go = __shfl_sync(0xffffffffu, incl, (n - 1) >> 1);
-    const float last = ((n - 1) & 1) ? go : ge;
+    const float last = __shfl_sync(0xffffffffu, ((n - 1) & 1) ? incl : excl + g[0], (n - 1) >> 1);
     cvv.G[2 * lane] = 2 * lane < n ? excl + g[0] : last;
     cvv.G[2 * lane + 1] = 2 * lane + 1 < n ? incl : last;
     cvv.beta[2 * lane] = b[0];
