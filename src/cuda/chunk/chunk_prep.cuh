@@ -23,19 +23,32 @@ __device__ __forceinline__ int64_t* chunk_rows(unsigned char* smem, size_t rows_
   return reinterpret_cast<int64_t*>(smem + rows_at) + buf * kC;
 }
 
+// cp.async of a chunk tile's n rows (zeros past n) of kPieces 16-byte pieces each, from src (row t
+// at src + t * rs bytes) to dst (row stride ld elements), by the 128 threads gt of one group: thread
+// gt copies piece gt % kPieces of rows gt / kPieces + i * (128 / kPieces), so that its addresses are
+// one base and constant steps.
+template <int kPieces, typename TAct>
+__device__ __forceinline__ void copy_rows(TAct* dst, int ld, const char* src, int64_t rs, int n, int gt) {
+  static_assert((kPieces & (kPieces - 1)) == 0 && kPieces <= kGroupThreads, "power-of-two index math");
+  constexpr int kRows = kGroupThreads / kPieces;  // rows per pass
+  const int t0 = gt / kPieces, s = gt % kPieces;
+  const char* from = src + t0 * rs + 16 * s;
+  dst += t0 * ld + 8 * s;
+#pragma unroll
+  for (int i = 0; i < kC / kRows; ++i) {
+    const bool ok = t0 + i * kRows < n;
+    mma::cp_async16(dst + i * kRows * ld, ok ? from + i * kRows * rs : src, ok);
+  }
+}
+
 // cp.async of the chunk's n rows of q and k (local tokens lt0..; zeros past n) into buffer buf's raw
 // q and k tiles, by the 128 threads gt of one group (stage_chunk; the split form's issue_chunk).
 template <typename TAct, typename L>
 __device__ __forceinline__ void stage_qk(const ChunkSrc<TAct>& src, TAct* s16, int buf, int64_t lt0, int n, int gt) {
-  TAct* dq = s16 + L::kQ + buf * kC * kLdK;
-  TAct* dk = s16 + L::kKr + buf * kC * kLdK;
-  for (int e = gt; e < kC * (kK / 8); e += kGroupThreads) {
-    const int t = e / (kK / 8), s = e % (kK / 8);
-    const bool ok = t < n;
-    const int64_t r = lt0 + (ok ? t : 0);
-    mma::cp_async16(dq + t * kLdK + s * 8, src.q + r * src.q_rs + s * 8, ok);
-    mma::cp_async16(dk + t * kLdK + s * 8, src.k + r * src.k_rs + s * 8, ok);
-  }
+  copy_rows<kK / 8>(s16 + L::kQ + buf * kC * kLdK, kLdK, reinterpret_cast<const char*>(src.q + lt0 * src.q_rs),
+                    src.q_rs * static_cast<int64_t>(sizeof(TAct)), n, gt);
+  copy_rows<kK / 8>(s16 + L::kKr + buf * kC * kLdK, kLdK, reinterpret_cast<const char*>(src.k + lt0 * src.k_rs),
+                    src.k_rs * static_cast<int64_t>(sizeof(TAct)), n, gt);
 }
 
 // The inputs of the chunk's n tokens (local tokens lt0..) into buffer buf, by the 128 threads gt of
@@ -52,13 +65,9 @@ __device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc
     if (gt < kC) crow[gt] = gt < n ? token_row(p, lt0 + gt) : 0;
     mma::bar_sync(bar, kGroupThreads);
   }
-  TAct* dv = s16 + L::kV + buf * kC * L::kLdV;
   stage_qk<TAct, L>(src, s16, buf, lt0, n, gt);
-  for (int e = gt; e < kC * (VS / 8); e += kGroupThreads) {
-    const int t = e / (VS / 8), s = e % (VS / 8);
-    const bool ok = t < n;
-    mma::cp_async16(dv + t * L::kLdV + s * 8, src.v + (lt0 + (ok ? t : 0)) * src.v_rs + s * 8, ok);
-  }
+  copy_rows<VS / 8>(s16 + L::kV + buf * kC * L::kLdV, L::kLdV, reinterpret_cast<const char*>(src.v + lt0 * src.v_rs),
+                    src.v_rs * static_cast<int64_t>(sizeof(TAct)), n, gt);
   mma::cp_async_commit();
   uint32_t ra = 0u, rb = 0u;
   if (gt < kC) {

@@ -54,17 +54,6 @@ __device__ __forceinline__ void store_records(const ChunkParams& p, unsigned cha
         make_uint4(__float_as_uint(cv.G[tid]), __float_as_uint(cv.nq[tid]), __float_as_uint(cv.nk[tid]), 0u);
 }
 
-// cp.async of kPieces 16-byte pieces from element `at` of the chunk's n records (rec, rb bytes apart;
-// zeros past n) into a tile of row stride ld.
-template <int kPieces, typename TAct>
-__device__ __forceinline__ void load_records(TAct* dst, int ld, const char* rec, int64_t rb, int64_t at, int n, int gt) {
-  for (int e = gt; e < kC * kPieces; e += kGroupThreads) {
-    const int t = e / kPieces, s = e % kPieces;
-    const bool ok = t < n;
-    mma::cp_async16(dst + t * ld + s * 8, reinterpret_cast<const TAct*>(rec + (ok ? t : 0) * rb) + at + s * 8, ok);
-  }
-}
-
 // Split form, the producer group (128 threads gt): the cp.async of chunk ci's raw q and k and its
 // records (the block's value columns of U; the floats as loaded, kRecF) into buffer buf, committed
 // as one group; zeros past n. finish_chunk completes the buffer once the group has landed.
@@ -78,9 +67,10 @@ __device__ __forceinline__ void issue_chunk(const ChunkParams& p, const ChunkSrc
   const int64_t rb = chunk_record_bytes(p.V, sizeof(TAct));
   const char* rec = prep_at<TAct>(p, hv, lt0);
   stage_qk<TAct, L>(src, s16, buf, lt0, n, gt);
-  load_records<kK / 8>(s16 + L::kW + buf * kC * kLdK, kLdK, rec, rb, 0, n, gt);                // W
-  load_records<VS / 8>(s16 + L::kU + buf * kC * L::kLdV, L::kLdV, rec, rb, kK + v0, n, gt);  // U's columns
-  load_records<kC / 8>(s16 + L::kP + buf * kC * kLdL, kLdL, rec, rb, kK + p.V, n, gt);       // P
+  constexpr int64_t e = sizeof(TAct);
+  copy_rows<kK / 8>(s16 + L::kW + buf * kC * kLdK, kLdK, rec, rb, n, gt);                          // W
+  copy_rows<VS / 8>(s16 + L::kU + buf * kC * L::kLdV, L::kLdV, rec + (kK + v0) * e, rb, n, gt);  // U's columns
+  copy_rows<kC / 8>(s16 + L::kP + buf * kC * kLdL, kLdL, rec + (kK + p.V) * e, rb, n, gt);       // P
   if (gt < kC) {  // the floats after the 16-bit rows
     float* f = reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2) + L::kRecF + (buf * kC + gt) * 4;
     mma::cp_async16(f, rec + (gt < n ? gt : 0) * rb + (kK + p.V + kC) * sizeof(TAct), gt < n);
