@@ -3,12 +3,15 @@
 //     and 4097 (shuffled; the long list for float32 state, a shorter one for 16-bit state), plus an
 //     empty sequence, a padding sequence (slot -1) and a sequence on the null slot; initial states
 //     for every other sequence; "vk" and "kv" pools with a padded slot stride; head ratio 1 and 2;
-//     both value splits (chunk_vs32, chunk_vs64); bf16 and fp16 activations; float32, bf16 and fp16
+//     both value splits (chunk_vs32, chunk_vs64), the split form and the small forms (chunk_split,
+//     chunk_small, chunk_split_small); bf16 and fp16 activations; float32, bf16 and fp16
 //     state. Outputs and final states per sequence against the CPU backend's recurrence, padding
 //     outputs zero, every slot no sequence names (and the null slot) bit-exact.
 //   CudaChunkForms.GateForms: the decay given in log space (float32 a), beta given (float32 b), q and k
 //     without l2 normalisation: the same batch against the CPU backend with the same forms.
 //   CudaChunkForms.IdenticalBytesRunAfterRun: the same call twice, outputs and pool bit for bit.
+//   CudaChunkSplit.SmallFormsSameBytes: the forms for devices of less shared memory (chunk_small,
+//     chunk_split_small) against the full forms, bit for bit.
 //   CudaChunkSplit.SameBytesAsTheProducers: the split form (prep kernel, records; bf16 activations)
 //     against the 32-column blocks that prepare each chunk themselves: outputs and pool bit for bit
 //     (the records hold the values the producers compute), V = 128 and 64, float32 and bf16 state, a
@@ -210,13 +213,40 @@ TEST_P(CudaChunkSplit, SameBytesAsTheProducers) {
   EXPECT_EQ(byte_diff(split_d.pool, prod_d.pool), "") << "states, decreasing offsets";
 }
 
+// The small forms (one buffer where the producers compute, two in the split form: devices of less
+// shared memory) against the full forms: the same bytes, the decreasing offsets included (the split
+// instance's producers' form in its own layout).
+TEST_P(CudaChunkSplit, SmallFormsSameBytes) {
+  PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
+  const ChunkCase& c = GetParam();
+  Rng r(99 + static_cast<uint64_t>(c.ratio));
+  const int64_t H = 2, HV = H * c.ratio, K = 128, V = c.ratio == 1 ? 128 : 64;
+  const ChunkBatch b = make_batch(r, {1, 63, 64, 65, 130, 1000, 2049}, 16);
+  ChunkBatch d = b;
+  d.qsl.back() = d.qsl[d.qsl.size() - 2] - 1;
+  GdrIn in = make_gdr_in(r, b.qsl.back(), H, HV, K, V, c.act, DType::kFloat32);
+  Buf pool0 = make_ssm_pool(c.state, 16, HV, K, V, c.layout);
+  fill_normal(pool0, r, 0.3);
+  for (const ChunkBatch* x : {&b, static_cast<const ChunkBatch*>(&d)}) {
+    SCOPED_TRACE(x == &b ? "increasing offsets" : "decreasing offsets");
+    const ChunkRun full = run(Backend(Backend::kCUDA, Path::kChunk32), true, in, *x, pool0, c.layout, c.act);
+    for (Path small : {Path::kChunkSmall, Path::kChunkSplitSmall}) {
+      SCOPED_TRACE(cuda::plan::path_name(small));
+      const ChunkRun got = run(Backend(Backend::kCUDA, small), true, in, *x, pool0, c.layout, c.act);
+      EXPECT_EQ(byte_diff(got.o, full.o), "") << "outputs";
+      EXPECT_EQ(byte_diff(got.pool, full.pool), "") << "states";
+    }
+  }
+}
+
 std::vector<ChunkCase> cases() {
   std::vector<ChunkCase> v;
   for (DType act : {DType::kBFloat16, DType::kFloat16})
     for (DType st : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
       for (StateLayout l : {StateLayout::kVK, StateLayout::kKV})
         for (int64_t ratio : {1, 2})
-          for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunkSplit}) v.push_back({act, st, l, ratio, p});
+          for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunkSplit, Path::kChunkSmall, Path::kChunkSplitSmall})
+            v.push_back({act, st, l, ratio, p});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaChunk, ::testing::ValuesIn(cases()), case_name);
@@ -226,7 +256,8 @@ std::vector<ChunkCase> form_cases() {
   std::vector<ChunkCase> v;
   for (DType act : {DType::kBFloat16, DType::kFloat16})
     for (DType st : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
-      for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunkSplit}) v.push_back({act, st, StateLayout::kVK, 2, p});
+      for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunkSplit, Path::kChunkSmall, Path::kChunkSplitSmall})
+        v.push_back({act, st, StateLayout::kVK, 2, p});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaChunkForms, ::testing::ValuesIn(form_cases()), case_name);

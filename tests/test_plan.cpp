@@ -343,6 +343,36 @@ TEST(Plan, ChunkedOp) {
   EXPECT_TRUE(is_chunk_path(Path::kChunkSplit) && !is_step_path(Path::kChunkSplit));
   EXPECT_TRUE(is_chunk_path(Path::kChunk32) && is_chunk_path(Path::kChunk64) && !is_chunk_path(Path::kPacked));
   EXPECT_FALSE(is_step_path(Path::kChunk32));
+  // The small forms (fewer buffers): where the full forms do not fit the device (an A100's 163 KB),
+  // with the same choices of split and columns; forced, on any device.
+  auto small = [](ChunkProblem p, int sms, Override f = {}) {
+    p.split_ok = true;
+    const ChunkPlan pl = plan_chunked(p, 8, sms, f);
+    return pl.chunk && pl.small;
+  };
+  ChunkProblem a100 = chunk_of(1, 8192);
+  a100.full_fits = false;
+  EXPECT_TRUE(small(a100, 108));
+  EXPECT_FALSE(small(chunk_of(1, 8192), 108));
+  a100.split_ok = true;
+  EXPECT_TRUE(plan_chunked(a100, 8, 108).split);
+  ChunkProblem a100_many = chunk_of(64, 256);  // many sequences: still the split form where small
+  a100_many.full_fits = false;
+  a100_many.split_ok = true;
+  EXPECT_TRUE(plan_chunked(a100_many, 8, 108).split);
+  a100_many.full_fits = true;
+  EXPECT_FALSE(plan_chunked(a100_many, 8, 108).split);
+  EXPECT_TRUE(small(chunk_of(1, 8192), 132, {Path::kChunkSmall}));
+  EXPECT_TRUE(small(chunk_of(1, 8192), 132, {Path::kChunkSplitSmall}));
+  EXPECT_FALSE(plan_chunked(chunk_of(1, 8192), 9, 132, {Path::kChunkSmall}).split);
+  {
+    ChunkProblem s = chunk_of(1, 8192);
+    s.split_ok = true;
+    EXPECT_TRUE(plan_chunked(s, 9, 132, {Path::kChunkSplitSmall}).split);
+    EXPECT_EQ(plan_chunked(s, 9, 132, {Path::kChunkSplitSmall}).vs, 32);
+  }
+  EXPECT_EQ(vs(chunk_of(64, 1), 132, {Path::kChunkSmall}), 32);  // forced: the chunk kernel
+  EXPECT_TRUE(is_chunk_path(Path::kChunkSmall) && is_chunk_path(Path::kChunkSplitSmall));
   // The recurrence's planner ignores the chunk kernel's paths.
   EXPECT_EQ(plan_launch(qwen(64, 1, 4, false), 9, FakeFacts(132), {Path::kChunk64}).path,
             plan_launch(qwen(64, 1, 4, false), 9, FakeFacts(132)).path);
@@ -389,6 +419,10 @@ TEST(Plan, AttentionChunk) {
   sp.prefills = 8;
   EXPECT_FALSE(plan_attention_chunk(sp, 9, 132).split);
   EXPECT_TRUE(plan_attention_chunk(sp, 9, 132, {Path::kChunkSplit}).split);
+  EXPECT_FALSE(plan_attention_chunk(sp, 9, 132).small);
+  EXPECT_TRUE(plan_attention_chunk(sp, 9, 132, {Path::kChunkSplitSmall}).small);
+  sp.full_fits = false;  // a device of less shared memory: the small forms
+  EXPECT_TRUE(plan_attention_chunk(sp, 8, 108).small);
 }
 
 // The deferred-commit kernel: four-warp blocks of 32 rows unless their grid has at most

@@ -195,7 +195,7 @@ void fill_deferred(DeferredParams& p, const GatedDeltaRuleArgs& a) {
 // shared memory on the device.
 bool chunk_kernel_fits(DType act, int64_t K, int64_t V, int cc_major, int device) {
   return cc_major >= 8 && (act == DType::kBFloat16 || act == DType::kFloat16) && K == 128 && V % 32 == 0 &&
-         device_props(device).smem_optin >= chunk_smem_bytes(32);
+         chunk_fit(act, V, device_props(device).smem_optin).any;
 }
 
 // Whether the chunk kernel can take the call on a device of compute capability cc_major.
@@ -282,8 +282,10 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
     cp.HV = p.HV;
     cp.V = p.V;
     cp.chunk_ok = chunk_ok(a, major);
-    cp.vs64_fits = device_props(dev).smem_optin >= chunk_smem_bytes(64);
-    cp.split_ok = chunk_prep_ok(a.q.dtype, p.V, device_props(dev).smem_optin);
+    const ChunkFit fit = chunk_fit(a.q.dtype, p.V, device_props(dev).smem_optin);
+    cp.full_fits = fit.full;
+    cp.vs64_fits = fit.vs64;
+    cp.split_ok = fit.split;
     const plan::ChunkPlan pl = plan::plan_chunked(cp, major, sms, force);
     p.early_meta = a.metadata_ready_early && pdl_enabled();
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -292,6 +294,7 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
       return launch_recurrent_any(p, a.q.dtype, a.ssm_state.dtype, false, force, s, &one_launch);
     }
     p.vs = pl.vs;
+    p.small = pl.small;
     if (!pl.split || p.group[0].limit == 0) return launch_chunk_any(p, a.q.dtype, a.ssm_state.dtype, s);
     p.prep_rows = p.group[0].limit;  // the split form's records
     const size_t prep_bytes = static_cast<size_t>(chunk_prep_bytes(p.prep_rows, p.HV, p.V, dtype_size(a.q.dtype)));
@@ -365,8 +368,10 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
     ap.HV = rp.HV;
     ap.V = rp.V;
     ap.chunk_ok = n_ns > 0 && attention_chunk_ok(a, L, major);
-    ap.vs64_fits = device_props(dev).smem_optin >= chunk_smem_bytes(64);
-    ap.split_ok = chunk_prep_ok(act, rp.V, device_props(dev).smem_optin);
+    const ChunkFit fit = chunk_fit(act, rp.V, device_props(dev).smem_optin);
+    ap.full_fits = fit.full;
+    ap.vs64_fits = fit.vs64;
+    ap.split_ok = fit.split;
     const plan::AttentionChunkPlan chunk = plan::plan_attention_chunk(ap, major, sms, force);
     rp.early_meta = a.metadata_ready_early && pdl_enabled();
     auto s = static_cast<cudaStream_t>(stream);
@@ -390,6 +395,7 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
         kp.src.q = ws;
         kp.src.q_rs = L.D;
         kp.vs = chunk.vs;
+        kp.small = chunk.small;
         if (chunk.split) {
           kp.prep = static_cast<char*>(ws) + conv_bytes;
           kp.prep_rows = rows;

@@ -6,7 +6,8 @@
 //   o = diag(exp(G)) q^ H + P delta,  P[i][j] = exp(G_i - G_j) q^_i . k^_j  (j <= i),
 //   H' = exp(G_last) H + k^T diag(exp(G_last - G)) delta.
 // A block is (value-column slice of VS, value head, sequence), two warp groups in a pipeline over
-// the sequence's chunks, two chunks in flight (shared-memory buffers 0 and 1):
+// the sequence's chunks, two chunks in flight (shared-memory buffers 0 and 1; the small form's one
+// buffer: the groups take turns):
 //   producers (warps 0-3, chunk_prep.cuh): what does not depend on the state — gates, norms, P, L,
 //     T's blocks and [W | U] — for chunk c + 1 while
 //   consumers (warps 4-7, here): delta, o and the state update of chunk c, with H's slice in
@@ -255,7 +256,12 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
 
 // kSplit: the split form's instance (VS = 32, bfloat16; ChunkParams::prep set); a batch whose offsets
 // decrease (the prep kernel wrote nothing) runs the producers' form in the same shared memory.
-template <typename TAct, typename TState, int VS, bool kSplit>
+// kSmall: the layouts of fewer buffers (ChunkParams::small).
+template <int VS, bool kSmall>
+using ProducerLayout = Layout<VS, kSmall ? 1 : 2>;
+template <int VS, bool kSmall>
+using LoadLayout = SplitLayout<VS, kSmall ? 2 : 3>;
+template <typename TAct, typename TState, int VS, bool kSplit, bool kSmall>
 __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x;
@@ -284,11 +290,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
   }
   if constexpr (kSplit) {
     if (ordered) {
-      run_chunks<TAct, TState, SplitLayout<VS>, true>(p, smem, si, h, hv, v0, o);
+      run_chunks<TAct, TState, LoadLayout<VS, kSmall>, true>(p, smem, si, h, hv, v0, o);
       return;
     }
   }
-  run_chunks<TAct, TState, Layout<VS>, false>(p, smem, si, h, hv, v0, o);
+  run_chunks<TAct, TState, ProducerLayout<VS, kSmall>, false>(p, smem, si, h, hv, v0, o);
 }
 
 }  // namespace gdn::cuda::chunk

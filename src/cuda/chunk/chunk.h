@@ -19,6 +19,9 @@ struct ChunkParams : RecurrentParams {
   // producers then only load it. Null: the producers compute it.
   void* prep = nullptr;
   int64_t prep_rows = 0;  // group 0's local tokens (its limit)
+  // The forms of fewer shared-memory buffers (devices below the full forms' need, chunk_fit): one
+  // buffer where the producers compute (producers and consumers take turns), two in the split form.
+  bool small = false;
 };
 
 // The prep record of a (value head, local token): the rows of W (K = 128), U (V) and P (64) in the
@@ -27,15 +30,19 @@ constexpr int64_t chunk_record_bytes(int64_t V, int64_t act_bytes) { return (128
 inline int64_t chunk_prep_bytes(int64_t rows, int64_t HV, int64_t V, int64_t act_bytes) {
   return rows * HV * chunk_record_bytes(V, act_bytes);
 }
-// Whether the split form takes the problem: bfloat16 activations (with float16 its outputs differ
-// from the producers' in some bytes, within the 16-bit tolerance; not explained yet, so float16 keeps
-// the producers), V = 64 or 128 (the prep kernel's instances), its shared memory on the device.
-bool chunk_prep_ok(DType act, int64_t V, size_t smem_optin);
+// What of the chunk kernel fits a device of smem_optin bytes of opt-in shared memory per block, for
+// activations act and V value columns: any form (the small forms of 32 columns), the full forms
+// (else ChunkParams::small), 64-column blocks (in the forms that fit), and the split form: bfloat16
+// activations (with float16 its outputs differ from the producers' in some bytes, within the 16-bit
+// tolerance; not explained yet, so float16 keeps the producers), V = 64 or 128 (the prep kernel's
+// instances), its shared memory.
+struct ChunkFit {
+  bool any = false, full = false, vs64 = false, split = false;
+};
+ChunkFit chunk_fit(DType act, int64_t V, size_t smem_optin);
 
 // The launch for p (vs 32 or 64); the caller has checked that the kernel takes the problem (ops.cu,
 // chunk_ok: K = 128, V a multiple of vs, 16-bit q/k/v/o with 16-byte aligned rows, sm_80+).
-// Shared memory of a block with vs value columns (the kernel needs it as opt-in dynamic memory).
-size_t chunk_smem_bytes(int vs);
 
 template <typename TAct, typename TState>
 Status launch_chunk(const ChunkParams& p, cudaStream_t stream);

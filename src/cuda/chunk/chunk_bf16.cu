@@ -2,11 +2,16 @@
 #include "cuda/chunk/chunk_launch.cuh"
 
 namespace gdn::cuda {
-size_t chunk_smem_bytes(int vs) { return vs == 64 ? chunk_kernel_bytes<64, false>() : chunk_kernel_bytes<32, false>(); }
-bool chunk_prep_ok(DType act, int64_t V, size_t smem_optin) {
-  return act == DType::kBFloat16 && smem_optin >= chunk_kernel_bytes<32, true>() &&
-         ((V == 64 && smem_optin >= chunk::PrepLayout<64>::kBytes) ||
-          (V == 128 && smem_optin >= chunk::PrepLayout<128>::kBytes));
+ChunkFit chunk_fit(DType act, int64_t V, size_t smem_optin) {
+  ChunkFit f;
+  const bool prep = (V == 64 && smem_optin >= chunk::PrepLayout<64>::kBytes) ||
+                    (V == 128 && smem_optin >= chunk::PrepLayout<128>::kBytes);
+  f.any = smem_optin >= chunk_kernel_bytes<32, false, true>();
+  f.full = smem_optin >= chunk_kernel_bytes<32, false, false>() && smem_optin >= chunk_kernel_bytes<32, true, false>();
+  f.vs64 = smem_optin >= (f.full ? chunk_kernel_bytes<64, false, false>() : chunk_kernel_bytes<64, false, true>());
+  f.split = act == DType::kBFloat16 && prep &&
+            smem_optin >= (f.full ? chunk_kernel_bytes<32, true, false>() : chunk_kernel_bytes<32, true, true>());
+  return f;
 }
 template Status launch_chunk<__nv_bfloat16, float>(const ChunkParams&, cudaStream_t);
 template Status launch_chunk<__nv_bfloat16, __nv_bfloat16>(const ChunkParams&, cudaStream_t);

@@ -9,17 +9,18 @@
 namespace gdn::cuda {
 
 // The chunk kernel's shared memory: its layout's, and for the split form's instance the larger of
-// SplitLayout and Layout (a batch whose offsets decrease runs the producers' form there).
-template <int VS, bool kSplit>
+// its and the producers' layout (a batch whose offsets decrease runs the producers' form there).
+template <int VS, bool kSplit, bool kSmall>
 constexpr size_t chunk_kernel_bytes() {
-  if constexpr (kSplit) return std::max(chunk::SplitLayout<VS>::kBytes, chunk::Layout<VS>::kBytes);
-  else return chunk::Layout<VS>::kBytes;
+  constexpr size_t prod = chunk::ProducerLayout<VS, kSmall>::kBytes;
+  if constexpr (kSplit) return std::max(chunk::LoadLayout<VS, kSmall>::kBytes, prod);
+  else return prod;
 }
 
-template <typename TAct, typename TState, int VS, bool kSplit>
+template <typename TAct, typename TState, int VS, bool kSplit, bool kSmall>
 Status launch_chunk_vs(const ChunkParams& p, cudaStream_t stream) {
-  constexpr size_t kBytes = chunk_kernel_bytes<VS, kSplit>();
-  auto kernel = chunk::chunk_kernel<TAct, TState, VS, kSplit>;
+  constexpr size_t kBytes = chunk_kernel_bytes<VS, kSplit, kSmall>();
+  auto kernel = chunk::chunk_kernel<TAct, TState, VS, kSplit, kSmall>;
   GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
   const dim3 grid(static_cast<unsigned>(p.V / VS), static_cast<unsigned>(p.HV), static_cast<unsigned>(p.group[0].n));
   return Launch(grid, dim3(chunk::kThreads), kBytes, stream)(kernel, p);
@@ -36,17 +37,23 @@ Status launch_chunk_prep(const ChunkParams& p, cudaStream_t stream) {
   return Launch(grid, dim3(chunk::kGroupThreads), kBytes, stream)(kernel, p);
 }
 
-template <typename TAct, typename TState>
-Status launch_chunk(const ChunkParams& p, cudaStream_t stream) {
-  if (p.group[0].n == 0) return Status::Ok();
+template <typename TAct, typename TState, bool kSmall>
+Status launch_chunk_forms(const ChunkParams& p, cudaStream_t stream) {
   if constexpr (std::is_same_v<TAct, __nv_bfloat16>) {  // the split form: bfloat16, 32 columns (chunk_prep_ok)
     if (p.prep) {
       const Status st = p.V == 128 ? launch_chunk_prep<TAct, 128>(p, stream) : launch_chunk_prep<TAct, 64>(p, stream);
       if (!st.ok()) return st;
-      return launch_chunk_vs<TAct, TState, 32, true>(p, stream);
+      return launch_chunk_vs<TAct, TState, 32, true, kSmall>(p, stream);
     }
   }
-  return p.vs == 64 ? launch_chunk_vs<TAct, TState, 64, false>(p, stream) : launch_chunk_vs<TAct, TState, 32, false>(p, stream);
+  return p.vs == 64 ? launch_chunk_vs<TAct, TState, 64, false, kSmall>(p, stream)
+                    : launch_chunk_vs<TAct, TState, 32, false, kSmall>(p, stream);
+}
+
+template <typename TAct, typename TState>
+Status launch_chunk(const ChunkParams& p, cudaStream_t stream) {
+  if (p.group[0].n == 0) return Status::Ok();
+  return p.small ? launch_chunk_forms<TAct, TState, true>(p, stream) : launch_chunk_forms<TAct, TState, false>(p, stream);
 }
 
 }  // namespace gdn::cuda

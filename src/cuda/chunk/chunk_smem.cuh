@@ -16,11 +16,12 @@ constexpr int kLdB = 16 + 8;  // of the 16 x 16 blocks D and M
 constexpr int kFull = 1, kEmpty = 4, kProd = 7, kCons = 8;
 
 // Shared memory of the chunk kernel whose producers compute (chunk_prep.cuh): 16-bit tiles (element
-// offsets), then floats. kBufs: one buffer per chunk in flight (two), and the consumers' tiles. The
-// split form's: SplitLayout below; the prep kernel's: PrepLayout (chunk_prep_layout.cuh).
-template <int VS>
+// offsets), then floats. kBufs: one buffer per chunk in flight (two; one in the small form, for
+// devices of less shared memory, where producers and consumers take turns), and the consumers'
+// tiles. The split form's: SplitLayout below; the prep kernel's: PrepLayout (chunk_prep_layout.cuh).
+template <int VS, int B = 2>
 struct Layout {
-  static constexpr int kVS = VS, kBufs = 2;
+  static constexpr int kVS = VS, kBufs = B;
   static constexpr int kLdV = VS + 8;
   static constexpr int kQ = 0;                            // [kBufs][kC][kLdK] raw q
   static constexpr int kKr = kQ + kBufs * kC * kLdK;      // [kBufs][kC][kLdK] raw k
@@ -48,12 +49,13 @@ struct Layout {
   static_assert(k16 % 8 == 0 && kRowsAt % 8 == 0, "the float area starts 16-byte aligned, the rows 8-byte aligned");
 };
 
-// The split form's (chunk_split.cuh): three buffers of what the producers load (raw q and k, the
-// records' W, U's columns of the block and P) and the consumers' tiles; the producers compute
-// nothing, so no tiles of theirs. Same member names as Layout for the code both forms share.
-template <int VS>
+// The split form's (chunk_split.cuh): three buffers (two in the small form) of what the producers
+// load (raw q and k, the records' W, U's columns of the block and P) and the consumers' tiles; the
+// producers compute nothing, so no tiles of theirs. Same member names as Layout for the code both
+// forms share.
+template <int VS, int B = 3>
 struct SplitLayout {
-  static constexpr int kVS = VS, kBufs = 3;
+  static constexpr int kVS = VS, kBufs = B;
   static constexpr int kLdV = VS + 8;
   static constexpr int kQ = 0;                            // [kBufs][kC][kLdK] raw q
   static constexpr int kKr = kQ + kBufs * kC * kLdK;      // [kBufs][kC][kLdK] raw k

@@ -6,11 +6,13 @@
 namespace gdn::cuda::plan {
 namespace {
 
-constexpr const char* kNames[] = {"auto",           "lean",           "lean_more",         "lean_staged",
-                                  "pipelined",      "register_small", "register_mid",      "register_large",
-                                  "packed",         "deferred",       "deferred_small",    "deferred_lean",     "deferred_lean8",    "deferred_lean16",   "deferred_lean_alg", "chunk_vs32",
-                                  "chunk_vs64",     "chunk_split",    "step_pipelined",    "step_pipelined_prologue",
-                                  "step_cluster",   "step_cluster_lean", "step_two_launches"};
+constexpr const char* kNames[] = {"auto", "lean", "lean_more", "lean_staged",
+                                  "pipelined", "register_small", "register_mid", "register_large",
+                                  "packed", "deferred", "deferred_small", "deferred_lean",
+                                  "deferred_lean8", "deferred_lean16", "deferred_lean_alg", "chunk_vs32",
+                                  "chunk_vs64", "chunk_split", "chunk_small", "chunk_split_small",
+                                  "step_pipelined", "step_pipelined_prologue", "step_cluster", "step_cluster_lean",
+                                  "step_two_launches"};
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Path::kCount), "a name per path");
 
 struct Ctx {
@@ -208,7 +210,10 @@ bool parse_path(const char* s, Path* out) {
 }
 
 bool is_step_path(Path p) { return p >= Path::kStepPipelined && p < Path::kCount; }
-bool is_chunk_path(Path p) { return p == Path::kChunk32 || p == Path::kChunk64 || p == Path::kChunkSplit; }
+bool is_chunk_path(Path p) {
+  return p == Path::kChunk32 || p == Path::kChunk64 || p == Path::kChunkSplit || p == Path::kChunkSmall ||
+         p == Path::kChunkSplitSmall;
+}
 bool is_deferred_path(Path p) {
   return p == Path::kDeferred || p == Path::kDeferredSmall || p == Path::kDeferredLean ||
          p == Path::kDeferredLean8 || p == Path::kDeferredLean16 || p == Path::kDeferredLeanAlg;
@@ -262,9 +267,11 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
   if (!p.chunk_ok || p.nseq <= 0) return pl;
   const Tuning& t = tuning_for(cc_major);
   const bool vs64_ok = p.V % 64 == 0 && p.vs64_fits;
+  pl.small = !p.full_fits;
   if (is_chunk_path(force.path)) {
     pl.chunk = true;
-    pl.split = force.path == Path::kChunkSplit && p.split_ok;
+    pl.split = (force.path == Path::kChunkSplit || force.path == Path::kChunkSplitSmall) && p.split_ok;
+    pl.small = pl.small || force.path == Path::kChunkSmall || force.path == Path::kChunkSplitSmall;
     pl.vs = force.path == Path::kChunk64 && vs64_ok ? 64 : 32;
     return pl;
   }
@@ -275,7 +282,10 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
   }
   pl.chunk = true;
   const int n_sms = sms > 0 ? sms : 1;
-  pl.split = p.split_ok && at_most(p.nseq * p.HV * (p.V / 32), t.chunk_split_blocks, t, n_sms);
+  // The small forms: the split form wherever it runs (the producers' form of one buffer has its
+  // groups take turns: forced on an H100, Qwen3-Next TP1, the split form took 0.48-0.59x its time
+  // at 1 x 8192, 4 x 8192 and 64 x 256).
+  pl.split = p.split_ok && (!p.full_fits || at_most(p.nseq * p.HV * (p.V / 32), t.chunk_split_blocks, t, n_sms));
   pl.vs = !pl.split && vs64_ok && at_least(p.nseq * p.HV * (p.V / 64), t.chunk_vs64_blocks, t, n_sms) ? 64 : 32;
   return pl;
 }
@@ -293,11 +303,13 @@ AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_m
   cp.chunk_ok = true;
   cp.vs64_fits = p.vs64_fits;
   cp.split_ok = p.split_ok;
+  cp.full_fits = p.full_fits;
   cp.chunk_only = true;  // the length test is the device's, per sequence
   const ChunkPlan c = plan_chunked(cp, cc_major, sms, force);
   pl.chunk = c.chunk;
   pl.vs = c.vs;
   pl.split = c.split;
+  pl.small = c.small;
   pl.from = t.chunk_min_tokens;
   return pl;
 }

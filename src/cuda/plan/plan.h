@@ -46,6 +46,8 @@ enum class Path : uint8_t {
   kChunk32,
   kChunk64,
   kChunkSplit,  // the split form: prep kernel, then 32-column blocks that only load its records
+  kChunkSmall,       // forced only: the producers' form of one buffer, 32 columns (ChunkParams::small)
+  kChunkSplitSmall,  // forced only: the split form of two buffers
   // gdn_attention's step
   kStepPipelined,
   kStepPipelinedPrologue,  // the block's first groups convolved by all its warps before the copies
@@ -141,14 +143,17 @@ struct ChunkProblem {
   bool chunk_ok = false;  // K = 128, V a multiple of 32, 16-bit aligned activations, sm_80+, shared memory
   bool vs64_fits = true;  // the 64-column block's shared memory fits the device
   bool chunk_only = false;  // the chunk kernel whatever the batch (gdn_attention: the device tests the lengths)
-  bool split_ok = false;    // the prep kernel takes V and fits the device (chunk_prep_ok)
+  bool split_ok = false;    // the prep kernel takes V and fits the device (chunk_fit)
+  bool full_fits = true;    // the forms of two (split: three) buffers fit the device, else the small forms
 };
 // split: the prep kernel first (parallel over chunks and value heads), then blocks of 32 columns
 // that only load its records, where few blocks would walk long sequences (chunk_split_blocks).
+// small: the forms of fewer buffers (where the full forms do not fit, or forced).
 struct ChunkPlan {
   bool chunk = false;
   int vs = 32;
   bool split = false;
+  bool small = false;
 };
 ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override force = {});
 
@@ -163,11 +168,13 @@ struct AttentionChunkProblem {
   bool chunk_ok = false;  // as ChunkProblem, for the projections, the conv pool and core_attn_out
   bool vs64_fits = true;
   bool split_ok = false;
+  bool full_fits = true;
 };
 struct AttentionChunkPlan {
   bool chunk = false;
   int vs = 32;
   bool split = false;
+  bool small = false;
   int64_t from = 0;  // chunk kernel: non-spec sequences of at least this many tokens
 };
 AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_major, int sms, Override force = {});
