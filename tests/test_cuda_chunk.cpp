@@ -10,12 +10,11 @@
 //   CudaChunkForms.GateForms: the decay given in log space (float32 a), beta given (float32 b), q and k
 //     without l2 normalisation: the same batch against the CPU backend with the same forms.
 //   CudaChunkForms.IdenticalBytesRunAfterRun: the same call twice, outputs and pool bit for bit.
-//   CudaChunkSplit.SmallFormsSameBytes: the forms for devices of less shared memory (chunk_small,
-//     chunk_split_small) against the full forms, bit for bit.
-//   CudaChunkSplit.SameBytesAsTheProducers: the split form (prep kernel, records; bf16 activations)
-//     against the 32-column blocks that prepare each chunk themselves: outputs and pool bit for bit
-//     (the records hold the values the producers compute), V = 128 and 64, float32 and bf16 state, a
-//     batch whose offsets decrease too. (With fp16 activations the split form's bytes differed from
+//   CudaChunkSplit.SameBytesInEveryForm: the split form (prep kernel, records; bf16 activations) and
+//     the small forms for devices of less shared memory (chunk_small, chunk_split_small) against the
+//     32-column blocks that prepare each chunk themselves: outputs and pool bit for bit (the records
+//     hold the values the producers compute), V = 128 and 64, float32 and bf16 state, a batch whose
+//     offsets decrease too. (With fp16 activations the split form's bytes differed from
 //     the producers' within the 16-bit tolerance, cause not located: fp16 keeps the producers.)
 // Tolerance principle: the kernel takes its products in the activation dtype (16-bit inputs, float32
 // accumulation, as FLA's chunk kernel does), so every product carries a relative rounding of about
@@ -186,42 +185,19 @@ TEST_P(CudaChunkForms, IdenticalBytesRunAfterRun) {
   EXPECT_EQ(byte_diff(x.pool, y.pool), "") << "states differ between two identical calls";
 }
 
-// The split form against the producers: the same bytes (see the file's comment).
+// The split form and the small forms against the producers' form of 32 columns: the same bytes (see
+// the file's comment).
 class CudaChunkSplit : public ::testing::TestWithParam<ChunkCase> {};
 
-TEST_P(CudaChunkSplit, SameBytesAsTheProducers) {
+TEST_P(CudaChunkSplit, SameBytesInEveryForm) {
   PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
   const ChunkCase& c = GetParam();
   Rng r(4242 + static_cast<uint64_t>(c.ratio));
   const int64_t H = 2, HV = H * c.ratio, K = 128, V = c.ratio == 1 ? 128 : 64;
   const ChunkBatch b = make_batch(r, {1, 63, 64, 65, 130, 1000, 2049}, 16);
-  GdrIn in = make_gdr_in(r, b.qsl.back(), H, HV, K, V, c.act, DType::kFloat32);
-  Buf pool0 = make_ssm_pool(c.state, 16, HV, K, V, c.layout);
-  fill_normal(pool0, r, 0.3);
-  const ChunkRun split = run(Backend(Backend::kCUDA, Path::kChunkSplit), true, in, b, pool0, c.layout, c.act);
-  const ChunkRun prod = run(Backend(Backend::kCUDA, Path::kChunk32), true, in, b, pool0, c.layout, c.act);
-  EXPECT_EQ(byte_diff(split.o, prod.o), "") << "outputs";
-  EXPECT_EQ(byte_diff(split.pool, prod.pool), "") << "states";
   // offsets that decrease at the end (the last sequence an empty pair, the contract's reading of
   // qsl[i] > qsl[i + 1]; no ranges overlap): the chunk kernel's producers prepare every chunk
-  // themselves, and the calls still agree
-  ChunkBatch d = b;
-  d.qsl.back() = d.qsl[d.qsl.size() - 2] - 1;
-  const ChunkRun split_d = run(Backend(Backend::kCUDA, Path::kChunkSplit), true, in, d, pool0, c.layout, c.act);
-  const ChunkRun prod_d = run(Backend(Backend::kCUDA, Path::kChunk32), true, in, d, pool0, c.layout, c.act);
-  EXPECT_EQ(byte_diff(split_d.o, prod_d.o), "") << "outputs, decreasing offsets";
-  EXPECT_EQ(byte_diff(split_d.pool, prod_d.pool), "") << "states, decreasing offsets";
-}
-
-// The small forms (one buffer where the producers compute, two in the split form: devices of less
-// shared memory) against the full forms: the same bytes, the decreasing offsets included (the split
-// instance's producers' form in its own layout).
-TEST_P(CudaChunkSplit, SmallFormsSameBytes) {
-  PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
-  const ChunkCase& c = GetParam();
-  Rng r(99 + static_cast<uint64_t>(c.ratio));
-  const int64_t H = 2, HV = H * c.ratio, K = 128, V = c.ratio == 1 ? 128 : 64;
-  const ChunkBatch b = make_batch(r, {1, 63, 64, 65, 130, 1000, 2049}, 16);
+  // themselves (the split instance in its own layout), and the calls still agree
   ChunkBatch d = b;
   d.qsl.back() = d.qsl[d.qsl.size() - 2] - 1;
   GdrIn in = make_gdr_in(r, b.qsl.back(), H, HV, K, V, c.act, DType::kFloat32);
@@ -229,12 +205,12 @@ TEST_P(CudaChunkSplit, SmallFormsSameBytes) {
   fill_normal(pool0, r, 0.3);
   for (const ChunkBatch* x : {&b, static_cast<const ChunkBatch*>(&d)}) {
     SCOPED_TRACE(x == &b ? "increasing offsets" : "decreasing offsets");
-    const ChunkRun full = run(Backend(Backend::kCUDA, Path::kChunk32), true, in, *x, pool0, c.layout, c.act);
-    for (Path small : {Path::kChunkSmall, Path::kChunkSplitSmall}) {
-      SCOPED_TRACE(cuda::plan::path_name(small));
-      const ChunkRun got = run(Backend(Backend::kCUDA, small), true, in, *x, pool0, c.layout, c.act);
-      EXPECT_EQ(byte_diff(got.o, full.o), "") << "outputs";
-      EXPECT_EQ(byte_diff(got.pool, full.pool), "") << "states";
+    const ChunkRun prod = run(Backend(Backend::kCUDA, Path::kChunk32), true, in, *x, pool0, c.layout, c.act);
+    for (Path form : {Path::kChunkSplit, Path::kChunkSmall, Path::kChunkSplitSmall}) {
+      SCOPED_TRACE(cuda::plan::path_name(form));
+      const ChunkRun got = run(Backend(Backend::kCUDA, form), true, in, *x, pool0, c.layout, c.act);
+      EXPECT_EQ(byte_diff(got.o, prod.o), "") << "outputs";
+      EXPECT_EQ(byte_diff(got.pool, prod.pool), "") << "states";
     }
   }
 }
