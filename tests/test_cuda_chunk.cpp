@@ -240,7 +240,7 @@ INSTANTIATE_TEST_SUITE_P(Cuda, CudaChunkForms, ::testing::ValuesIn(form_cases())
 
 std::vector<ChunkCase> split_cases() {
   std::vector<ChunkCase> v;
-  for (DType act : {DType::kBFloat16})  // the split form's activations (chunk_prep_ok)
+  for (DType act : {DType::kBFloat16})  // the split form's activations (chunk_fit)
     for (DType st : {DType::kFloat32, DType::kBFloat16})
       for (int64_t ratio : {1, 2}) v.push_back({act, st, ratio == 1 ? StateLayout::kVK : StateLayout::kKV, ratio, Path::kChunkSplit});
   return v;

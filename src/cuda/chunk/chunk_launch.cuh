@@ -39,7 +39,7 @@ Status launch_chunk_prep(const ChunkParams& p, cudaStream_t stream) {
 
 template <typename TAct, typename TState, bool kSmall>
 Status launch_chunk_forms(const ChunkParams& p, cudaStream_t stream) {
-  if constexpr (std::is_same_v<TAct, __nv_bfloat16>) {  // the split form: bfloat16, 32 columns (chunk_prep_ok)
+  if constexpr (std::is_same_v<TAct, __nv_bfloat16>) {  // the split form: bfloat16, 32 columns (chunk_fit)
     if (p.prep) {
       const Status st = p.V == 128 ? launch_chunk_prep<TAct, 128>(p, stream) : launch_chunk_prep<TAct, 64>(p, stream);
       if (!st.ok()) return st;
