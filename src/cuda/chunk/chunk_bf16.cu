@@ -7,10 +7,10 @@ ChunkFit chunk_fit(DType act, int64_t V, size_t smem_optin) {
   const bool prep = (V == 64 && smem_optin >= chunk::PrepLayout<64>::kBytes) ||
                     (V == 128 && smem_optin >= chunk::PrepLayout<128>::kBytes);
   f.any = smem_optin >= chunk_kernel_bytes<32, false, true>();
-  f.full = smem_optin >= chunk_kernel_bytes<32, false, false>() && smem_optin >= chunk_kernel_bytes<32, true, false>();
+  // the split instance's bytes include its producers' layout: both full 32-column forms
+  f.full = smem_optin >= chunk_kernel_bytes<32, true, false>();
   f.vs64 = smem_optin >= (f.full ? chunk_kernel_bytes<64, false, false>() : chunk_kernel_bytes<64, false, true>());
-  f.split = act == DType::kBFloat16 && prep &&
-            smem_optin >= (f.full ? chunk_kernel_bytes<32, true, false>() : chunk_kernel_bytes<32, true, true>());
+  f.split = act == DType::kBFloat16 && prep && (f.full || smem_optin >= chunk_kernel_bytes<32, true, true>());
   return f;
 }
 template Status launch_chunk<__nv_bfloat16, float>(const ChunkParams&, cudaStream_t);
