@@ -10,12 +10,14 @@
 //   CudaChunkForms.GateForms: the decay given in log space (float32 a), beta given (float32 b), q and k
 //     without l2 normalisation: the same batch against the CPU backend with the same forms.
 //   CudaChunkForms.IdenticalBytesRunAfterRun: the same call twice, outputs and pool bit for bit.
-//   CudaChunkSplit.SameBytesInEveryForm: the split form (prep kernel, records; bf16 activations) and
-//     the small forms for devices of less shared memory (chunk_small, chunk_split_small) against the
-//     32-column blocks that prepare each chunk themselves: outputs and pool bit for bit (the records
-//     hold the values the producers compute), V = 128 and 64, float32 and bf16 state, a batch whose
-//     offsets decrease too. (With fp16 activations the split form's bytes differed from
+//   CudaChunkSplit.SameBytesInEveryForm: the split form (chunks prepared once per value head, as
+//     records; bf16 activations) and the small forms for devices of less shared memory (chunk_small,
+//     chunk_split_small) against the 32-column blocks that prepare each chunk themselves: outputs and
+//     pool bit for bit (the records hold the values the producers compute), V = 128 and 64, float32
+//     and bf16 state, a batch whose offsets decrease too. (With fp16 activations the split form's bytes differed from
 //     the producers' within the 16-bit tolerance, cause not located: fp16 keeps the producers.)
+//   CudaChunkSplitWaves.SameBytesAsTheProducers: the same for a batch of 4096 blocks, most of them
+//     not resident together.
 // Tolerance principle: the kernel takes its products in the activation dtype (16-bit inputs, float32
 // accumulation, as FLA's chunk kernel does), so every product carries a relative rounding of about
 // 2^-9 per input; the transition exp(g) (I - beta k k^T) has norm <= 1, so errors of one chunk are not
@@ -213,6 +215,24 @@ TEST_P(CudaChunkSplit, SameBytesInEveryForm) {
       EXPECT_EQ(byte_diff(got.pool, prod.pool), "") << "states";
     }
   }
+}
+
+// The split form where its blocks are not all resident at once (thousands of blocks): a block then
+// waits for chunks a sibling of its value head claimed, or prepares every chunk itself.
+TEST(CudaChunkSplitWaves, SameBytesAsTheProducers) {
+  PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
+  Rng r(777);
+  const int64_t H = 8, HV = 16, K = 128, V = 128, slots = 72;
+  std::vector<int64_t> lens;
+  for (int i = 0; i < 61; ++i) lens.push_back(r.randint(1, 300));
+  const ChunkBatch b = make_batch(r, lens, slots);  // 64 sequences: 4096 blocks of 32 columns
+  GdrIn in = make_gdr_in(r, b.qsl.back(), H, HV, K, V, DType::kBFloat16, DType::kFloat32);
+  Buf pool0 = make_ssm_pool(DType::kFloat32, slots, HV, K, V, StateLayout::kVK);
+  fill_normal(pool0, r, 0.3);
+  const ChunkRun prod = run(Backend(Backend::kCUDA, Path::kChunk32), true, in, b, pool0, StateLayout::kVK, DType::kBFloat16);
+  const ChunkRun got = run(Backend(Backend::kCUDA, Path::kChunkSplit), true, in, b, pool0, StateLayout::kVK, DType::kBFloat16);
+  EXPECT_EQ(byte_diff(got.o, prod.o), "") << "outputs";
+  EXPECT_EQ(byte_diff(got.pool, prod.pool), "") << "states";
 }
 
 std::vector<ChunkCase> cases() {
