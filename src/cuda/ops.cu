@@ -297,7 +297,8 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
     p.small = pl.small;
     if (!pl.split || p.group[0].limit == 0) return launch_chunk_any(p, a.q.dtype, a.ssm_state.dtype, s);
     p.prep_rows = p.group[0].limit;  // the split form's records
-    const size_t prep_bytes = static_cast<size_t>(chunk_prep_bytes(p.prep_rows, p.HV, p.V, dtype_size(a.q.dtype)));
+    const size_t prep_bytes =
+        static_cast<size_t>(chunk_prep_bytes(p.prep_rows, p.group[0].n, p.HV, dtype_size(a.q.dtype)));
     return with_workspace(dev, prep_bytes, s, [&](void* ws) {
       p.prep = ws;
       return launch_chunk_any(p, a.q.dtype, a.ssm_state.dtype, s);
@@ -381,7 +382,8 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
       const int64_t rows = step.group[0].limit;
       // [group 0's local tokens, D] (the conv's output), then the split form's records
       const size_t conv_bytes = (static_cast<size_t>(rows * L.D) * dtype_size(act) + 255) / 256 * 256;
-      const size_t prep_bytes = chunk.split ? static_cast<size_t>(chunk_prep_bytes(rows, rp.HV, rp.V, dtype_size(act))) : 0;
+      const size_t prep_bytes =
+          chunk.split ? static_cast<size_t>(chunk_prep_bytes(rows, rp.group[0].n, rp.HV, dtype_size(act))) : 0;
       return with_workspace(dev, conv_bytes + prep_bytes, s, [&](void* ws) -> Status {
         GDN_RETURN_IF_ERROR(launch_recurrent_any(rp, act, a.ssm_state.dtype, true,
                                                  plan::Override{plan::Path::kStepTwoLaunches}, s, &one_launch));

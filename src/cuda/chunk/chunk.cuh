@@ -15,12 +15,13 @@
 //     as the next chunk's operand; then they stage chunk c + 2's inputs into c's buffer (the raw q,
 //     k, v, a, b, stage_chunk; gdn_attention: q, k, v from conv_rows.cu's buffer), so that the producers,
 //     the longer chain, never wait for a load (the consumers stage chunks 0 and 1 first).
-// Split form (ChunkParams::prep, chunk_split.cuh): the prep kernel has written every chunk's
-// producer results beforehand; the producers issue the loads of a chunk's records and raw q, k
-// into the buffer the consumers released (three buffers, SplitLayout) and hand over the chunk once
-// landed, before they wait to issue the next one, so that two chunks' loads are in flight while the
-// consumers work and the next chunk is ready when they finish one; the chain per chunk is the
-// consumers' alone.
+// Split form (ChunkParams::prep, chunk_split.cuh): the prep kernel has written every chunk's key
+// side beforehand (W, P, the vectors and T's blocks); the producers only issue the loads of a
+// chunk's records and raw q, k, v into the buffer the consumers released (three buffers,
+// SplitLayout), two chunks' loads in flight while the consumers work; a third group, the solvers
+// (warps 8-11), takes each chunk once landed, solves U for the block's columns in place of v and
+// hands the chunk over, so that neither the issue of the loads nor the solve waits for the other;
+// the chain per chunk is the consumers' alone.
 // The l2 norms, beta and the decays are row and column scalings in float32 of products of the raw
 // 16-bit inputs (no normalised copy is stored). T is never formed: producer warp b inverts the
 // 16 x 16 diagonal block D_b = (I + L_bb)^-1 (float32 forward substitution) and forms
@@ -49,23 +50,34 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
   auto buf_of = [](int64_t ci) { return static_cast<int>(static_cast<uint64_t>(ci) % kB); };
   const ChunkSrc<TAct> src = chunk_src<TAct>(p, h, hv, v0);
 
+  if constexpr (kSplit) {
+    if (warp >= 8) {  // solvers: chunk cj's U once its loads land, then its hand-over
+      for (int64_t cj = 0; cj < nchunks; ++cj) {
+        uint32_t a[10][4];  // T's blocks, fetched while the loads land
+        load_frags(frag_at<TAct>(p, hv, blockIdx.z, lt_begin + cj * kC), lane, a);
+        mma::bar_sync(kLanded + buf_of(cj), kThreads);
+        finish_chunk<L>(smem, buf_of(cj), chunk_len(cj), tid - 2 * kGroupThreads);
+        solve_u<TAct, L>(smem, a, buf_of(cj), warp - 8, lane);
+        mma::bar_arrive(kFull + buf_of(cj), kThreads);
+      }
+      return;
+    }
+  }
   if (warp < 4) {  // producers
     if constexpr (kSplit) {
       // Iteration ci: chunk ci - kLag, whose loads were issued kLag iterations ago, handed to the
-      // consumers once landed; then chunk ci's loads issued into the buffer the consumers release
-      // when they finish chunk ci - kB (the one before ci - kLag): the hand-over comes first, so the
-      // consumers find the next chunk ready while the producers wait to issue, kLag chunks in flight.
+      // solvers once landed; then chunk ci's loads issued into the buffer the consumers release
+      // when they finish chunk ci - kB (the one before ci - kLag), kLag chunks in flight.
       constexpr int kLag = kB - 1;
       for (int64_t ci = 0; ci < nchunks + kLag; ++ci) {
         const int64_t cj = ci - kLag;
         if (cj >= 0) {
           mma::cp_async_wait<kLag - 1>();  // the groups up to cj's (one group per iteration)
-          finish_chunk<L>(smem, buf_of(cj), chunk_len(cj), tid);
-          mma::bar_arrive(kFull + buf_of(cj), kThreads);
+          mma::bar_arrive(kLanded + buf_of(cj), kThreads);
         }
         if (ci < nchunks) {
           mma::bar_sync(kEmpty + buf_of(ci), kThreads);
-          issue_chunk<TAct, L>(p, src, smem, buf_of(ci), lt_begin + ci * kC, chunk_len(ci), hv, v0, tid);
+          issue_chunk<TAct, L>(p, src, smem, buf_of(ci), lt_begin + ci * kC, chunk_len(ci), hv, tid);
         } else {
           mma::cp_async_commit();  // an empty group: one group per iteration, as the wait counts
         }
@@ -254,15 +266,16 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
       }
 }
 
-// kSplit: the split form's instance (VS = 32, bfloat16; ChunkParams::prep set); a batch whose offsets
-// decrease (the prep kernel wrote nothing) runs the producers' form in the same shared memory.
+// kSplit: the split form's instance (VS = 32, bfloat16; ChunkParams::prep set; kSplitThreads); a
+// batch whose offsets decrease (the prep kernel wrote nothing) runs the producers' form in the same
+// shared memory, without the solvers.
 // kSmall: the layouts of fewer buffers (ChunkParams::small).
 template <int VS, bool kSmall>
 using ProducerLayout = Layout<VS, kSmall ? 1 : 2>;
 template <int VS, bool kSmall>
 using LoadLayout = SplitLayout<VS, kSmall ? 2 : 3>;
 template <typename TAct, typename TState, int VS, bool kSplit, bool kSmall>
-__global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p) {
+__global__ void __launch_bounds__(kSplit ? kSplitThreads : kThreads, 1) chunk_kernel(const ChunkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x;
   const int v0 = blockIdx.x * VS, hv = blockIdx.y, h = hv / p.r;
@@ -277,11 +290,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
   bool pad = si.pad;
   if (p.fused) {  // a token outside the buffer makes its sequence padding
     bool bad = false;
-    for (int64_t t = tid; t < len; t += kThreads) bad |= global_row(p.group[0], lt_begin + t, p.src.num_actual_tokens) < 0;
+    for (int64_t t = tid; t < len; t += blockDim.x) bad |= global_row(p.group[0], lt_begin + t, p.src.num_actual_tokens) < 0;
     pad = __syncthreads_or(bad) || pad;
   }
   if (pad) {  // padding: zero outputs, no state read or written
-    for (int64_t e = tid; e < len * (VS / 8); e += kThreads) {
+    for (int64_t e = tid; e < len * (VS / 8); e += blockDim.x) {
       const int64_t r = p.fused ? global_row(p.group[0], lt_begin + e / (VS / 8), p.src.num_actual_tokens)
                                 : lt_begin + e / (VS / 8);
       if (r >= 0) *reinterpret_cast<uint4*>(o + r * p.o_rs + (e % (VS / 8)) * 8) = make_uint4(0, 0, 0, 0);
@@ -293,6 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const ChunkParams p)
       run_chunks<TAct, TState, LoadLayout<VS, kSmall>, true>(p, smem, si, h, hv, v0, o);
       return;
     }
+    if (tid >= kThreads) return;  // (no solvers in the producers' form)
   }
   run_chunks<TAct, TState, ProducerLayout<VS, kSmall>, false>(p, smem, si, h, hv, v0, o);
 }

@@ -4,8 +4,7 @@
 namespace gdn::cuda {
 ChunkFit chunk_fit(DType act, int64_t V, size_t smem_optin) {
   ChunkFit f;
-  const bool prep = (V == 64 && smem_optin >= chunk::PrepLayout<64>::kBytes) ||
-                    (V == 128 && smem_optin >= chunk::PrepLayout<128>::kBytes);
+  const bool prep = (V == 64 || V == 128) && smem_optin >= chunk::PrepLayout::kBytes;
   f.any = smem_optin >= chunk_kernel_bytes<32, false, true>();
   // the split instance's bytes include its producers' layout: both full 32-column forms
   f.full = smem_optin >= chunk_kernel_bytes<32, true, false>();

@@ -23,14 +23,14 @@ Status launch_chunk_vs(const ChunkParams& p, cudaStream_t stream) {
   auto kernel = chunk::chunk_kernel<TAct, TState, VS, kSplit, kSmall>;
   GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
   const dim3 grid(static_cast<unsigned>(p.V / VS), static_cast<unsigned>(p.HV), static_cast<unsigned>(p.group[0].n));
-  return Launch(grid, dim3(chunk::kThreads), kBytes, stream)(kernel, p);
+  return Launch(grid, dim3(kSplit ? chunk::kSplitThreads : chunk::kThreads), kBytes, stream)(kernel, p);
 }
 
-// The split form's prep kernel, for value heads of V columns.
-template <typename TAct, int V>
+// The split form's prep kernel.
+template <typename TAct>
 Status launch_chunk_prep(const ChunkParams& p, cudaStream_t stream) {
-  constexpr size_t kBytes = chunk::PrepLayout<V>::kBytes;
-  auto kernel = chunk::chunk_prep_kernel<TAct, V>;
+  constexpr size_t kBytes = chunk::PrepLayout::kBytes;
+  auto kernel = chunk::chunk_prep_kernel<TAct>;
   GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
   const GroupMeta& g = p.group[0];
   const dim3 grid(static_cast<unsigned>((g.limit + chunk::kC - 1) / chunk::kC + g.n), static_cast<unsigned>(p.HV));
@@ -41,7 +41,7 @@ template <typename TAct, typename TState, bool kSmall>
 Status launch_chunk_forms(const ChunkParams& p, cudaStream_t stream) {
   if constexpr (std::is_same_v<TAct, __nv_bfloat16>) {  // the split form: bfloat16, 32 columns (chunk_fit)
     if (p.prep) {
-      const Status st = p.V == 128 ? launch_chunk_prep<TAct, 128>(p, stream) : launch_chunk_prep<TAct, 64>(p, stream);
+      const Status st = launch_chunk_prep<TAct>(p, stream);
       if (!st.ok()) return st;
       return launch_chunk_vs<TAct, TState, 32, true, kSmall>(p, stream);
     }

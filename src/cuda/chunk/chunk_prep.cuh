@@ -66,8 +66,9 @@ __device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc
     mma::bar_sync(bar, kGroupThreads);
   }
   stage_qk<TAct, L>(src, s16, buf, lt0, n, gt);
-  copy_rows<VS / 8>(s16 + L::kV + buf * kC * L::kLdV, L::kLdV, reinterpret_cast<const char*>(src.v + lt0 * src.v_rs),
-                    src.v_rs * static_cast<int64_t>(sizeof(TAct)), n, gt);
+  if constexpr (VS > 0)  // (the prep kernel's layout has no value columns)
+    copy_rows<VS / 8>(s16 + L::kV + buf * kC * L::kLdV, L::kLdV, reinterpret_cast<const char*>(src.v + lt0 * src.v_rs),
+                      src.v_rs * static_cast<int64_t>(sizeof(TAct)), n, gt);
   mma::cp_async_commit();
   uint32_t ra = 0u, rb = 0u;
   if (gt < kC) {

@@ -8,12 +8,15 @@ namespace gdn::cuda::chunk {
 
 constexpr int kC = 64, kK = 128;
 constexpr int kGroupThreads = 128, kThreads = 2 * kGroupThreads;  // producer warps 0-3, consumer warps 4-7
+constexpr int kSplitThreads = 3 * kGroupThreads;                     // the split form: solver warps 8-11
 constexpr int kLdK = kK + 8;  // row stride (elements) of the q, k and W tiles: conflict-free ldmatrix
 constexpr int kLdL = kC + 8;  // of the 16-bit L and P
 constexpr int kLdB = 16 + 8;  // of the 16 x 16 blocks D and M
-// Named barriers: a buffer's inputs are ready (kFull + buf) / consumed (kEmpty + buf), both groups
-// (up to three buffers); within the producer group, within the consumer group.
-constexpr int kFull = 1, kEmpty = 4, kProd = 7, kCons = 8;
+// Named barriers: a buffer's inputs are ready (kFull + buf: producers, or the split form's solvers,
+// and consumers) / consumed (kEmpty + buf: consumers and producers), up to three buffers; within the
+// producer group, within the consumer group; the split form's loads of a buffer landed (kLanded +
+// buf: producers and solvers).
+constexpr int kFull = 1, kEmpty = 4, kProd = 7, kCons = 8, kLanded = 9;
 
 // Shared memory of the chunk kernel whose producers compute (chunk_prep.cuh): 16-bit tiles (element
 // offsets), then floats. kBufs: one buffer per chunk in flight (two; one in the small form, for
@@ -50,9 +53,9 @@ struct Layout {
 };
 
 // The split form's (chunk_split.cuh): three buffers (two in the small form) of what the producers
-// load (raw q and k, the records' W, U's columns of the block and P) and the consumers' tiles; the
-// producers compute nothing, so no tiles of theirs. Same member names as Layout for the code both
-// forms share.
+// load (raw q and k, the records' W and P, and v's columns of the block, which the solvers turn into
+// U in place) and the consumers' tiles; the producers compute nothing, so no tiles of theirs. Same
+// member names as Layout for the code both forms share.
 template <int VS, int B = 3>
 struct SplitLayout {
   static constexpr int kVS = VS, kBufs = B;
@@ -60,7 +63,7 @@ struct SplitLayout {
   static constexpr int kQ = 0;                            // [kBufs][kC][kLdK] raw q
   static constexpr int kKr = kQ + kBufs * kC * kLdK;      // [kBufs][kC][kLdK] raw k
   static constexpr int kW = kKr + kBufs * kC * kLdK;      // [kBufs][kC][kLdK] W
-  static constexpr int kU = kW + kBufs * kC * kLdK;       // [kBufs][kC][kLdV] U
+  static constexpr int kU = kW + kBufs * kC * kLdK;       // [kBufs][kC][kLdV] v as loaded, then U
   static constexpr int kP = kU + kBufs * kC * kLdV;       // [kBufs][kC][kLdL] P
   static constexpr int kDel = kP + kBufs * kC * kLdL;     // [kC][kLdV] delta
   static constexpr int kDd = kDel + kC * kLdV;            // [kC][kLdV] diag(exp(G_last - G) / |k|) delta
