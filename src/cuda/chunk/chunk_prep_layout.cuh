@@ -1,5 +1,5 @@
 // src/cuda/chunk/chunk_prep_layout.cuh — the shared memory of the split form's prep kernel
-// (chunk_split.cuh): one chunk, the key side only (no value columns: the chunk kernel's producers
+// (chunk_split.cuh): one chunk, the key side only (no value columns: the chunk kernel's solvers
 // solve U), no consumer tiles, and the chunk's results over its raw inputs once these are dead
 // (kOverlay), so that 4 blocks fit per SM:
 //   W over k, in place: in the W solve (prep_chunk) each producer warp owns its column tiles; for
