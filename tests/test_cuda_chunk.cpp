@@ -10,12 +10,14 @@
 //   CudaChunkForms.GateForms: the decay given in log space (float32 a), beta given (float32 b), q and k
 //     without l2 normalisation: the same batch against the CPU backend with the same forms.
 //   CudaChunkForms.IdenticalBytesRunAfterRun: the same call twice, outputs and pool bit for bit.
-//   CudaChunkSplit.SameBytesInEveryForm: the split form (chunks prepared once per value head, as
-//     records; bf16 activations) and the small forms for devices of less shared memory (chunk_small,
-//     chunk_split_small) against the 32-column blocks that prepare each chunk themselves: outputs and
-//     pool bit for bit (the records hold the values the producers compute), V = 128 and 64, float32
-//     and bf16 state, a batch whose offsets decrease too. (With fp16 activations the split form's bytes differed from
-//     the producers' within the 16-bit tolerance, cause not located: fp16 keeps the producers.)
+//   CudaChunkSplit.SameBytesInEveryForm: the split form (a chunk's key side prepared once per value
+//     head, as records; U solved per block; bf16 activations) and the small forms for devices of
+//     less shared memory (chunk_small, chunk_split_small) against the 32-column blocks that prepare
+//     each chunk themselves: outputs and pool bit for bit (the records hold the values the
+//     producers compute, and U is solved by the same products), V = 128 and 64, float32 and bf16
+//     state, a batch whose offsets decrease too. (With fp16 activations the split form's bytes
+//     differed from the producers' within the 16-bit tolerance, cause not located: fp16 keeps the
+//     producers.)
 //   CudaChunkSplitWaves.SameBytesAsTheProducers: the same for a batch of 4096 blocks, most of them
 //     not resident together.
 // Tolerance principle: the kernel takes its products in the activation dtype (16-bit inputs, float32
