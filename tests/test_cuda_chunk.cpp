@@ -219,8 +219,8 @@ TEST_P(CudaChunkSplit, SameBytesInEveryForm) {
   }
 }
 
-// The split form where its blocks are not all resident at once (thousands of blocks): a block then
-// waits for chunks a sibling of its value head claimed, or prepares every chunk itself.
+// The split form over many sequences (thousands of chunk-kernel blocks, most not resident at once;
+// the prep kernel's chunks of 64 sequences, each chunk's T blocks at its own slot).
 TEST(CudaChunkSplitWaves, SameBytesAsTheProducers) {
   PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
   Rng r(777);

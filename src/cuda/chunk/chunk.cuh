@@ -275,7 +275,7 @@ using ProducerLayout = Layout<VS, kSmall ? 1 : 2>;
 template <int VS, bool kSmall>
 using LoadLayout = SplitLayout<VS, kSmall ? 2 : 3>;
 template <typename TAct, typename TState, int VS, bool kSplit, bool kSmall>
-__global__ void __launch_bounds__(kSplit ? kSplitThreads : kThreads, 1) chunk_kernel(const ChunkParams p) {
+__global__ void __launch_bounds__(block_threads(kSplit), 1) chunk_kernel(const ChunkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x;
   const int v0 = blockIdx.x * VS, hv = blockIdx.y, h = hv / p.r;

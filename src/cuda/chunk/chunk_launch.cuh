@@ -23,7 +23,7 @@ Status launch_chunk_vs(const ChunkParams& p, cudaStream_t stream) {
   auto kernel = chunk::chunk_kernel<TAct, TState, VS, kSplit, kSmall>;
   GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
   const dim3 grid(static_cast<unsigned>(p.V / VS), static_cast<unsigned>(p.HV), static_cast<unsigned>(p.group[0].n));
-  return Launch(grid, dim3(kSplit ? chunk::kSplitThreads : chunk::kThreads), kBytes, stream)(kernel, p);
+  return Launch(grid, dim3(chunk::block_threads(kSplit)), kBytes, stream)(kernel, p);
 }
 
 // The split form's prep kernel.

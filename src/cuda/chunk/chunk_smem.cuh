@@ -9,6 +9,8 @@ namespace gdn::cuda::chunk {
 constexpr int kC = 64, kK = 128;
 constexpr int kGroupThreads = 128, kThreads = 2 * kGroupThreads;  // producer warps 0-3, consumer warps 4-7
 constexpr int kSplitThreads = 3 * kGroupThreads;                     // the split form: solver warps 8-11
+// A block's threads: the split form's instance has the solvers too.
+constexpr int block_threads(bool split) { return split ? kSplitThreads : kThreads; }
 constexpr int kLdK = kK + 8;  // row stride (elements) of the q, k and W tiles: conflict-free ldmatrix
 constexpr int kLdL = kC + 8;  // of the 16-bit L and P
 constexpr int kLdB = 16 + 8;  // of the 16 x 16 blocks D and M
