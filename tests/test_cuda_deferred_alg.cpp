@@ -1,11 +1,13 @@
-// The deferred lean form through the chunk algebra (forced path deferred_lean_alg: 16-row warps,
-// deferred_coef_kernel's coefficients) against the CPU reference (docs/contract.md §7), float32
-// activations and state, K = 128, V = 64 (relative L2 1e-5; the slot no sequence names bit for bit);
-// skipped without a GPU:
+// The deferred mode's algebra on tensor cores (forced path deferred_lean_alg: deferred_mma.cuh, which
+// takes token trees) against the CPU reference (docs/contract.md §7), float32 activations, K = 128,
+// V = 64, float32 state (relative L2 1e-5) and bfloat16 state (1e-2: the committed state rounded
+// once on both sides); the slot no sequence names bit for bit; skipped without a GPU:
 //   trees whose replay plus tokens fill the chunk (16: the algebra) and overflow it (17: the general
-//   kernel after it), chains (the recurrence: the planner never gives them the algebra), a zero-length step (its replay committed), a sequence
-//   without an initial state (nothing replayed), and a draft with a NaN input, whose outputs are
-//   NaN while the committed state (the state before the step's tokens) stays the CPU's.
+//   kernel after it), chains (the recurrence: the planner never gives them the algebra), a
+//   zero-length step (its replay committed), a sequence without an initial state (nothing
+//   replayed), and a draft with a NaN input (one value row of the last token; in a chain and in a
+//   tree), whose output there is NaN while the earlier outputs and the committed state (the state
+//   before the step's tokens) stay the CPU's.
 #include <cmath>
 
 #include "prop_deferred.h"
@@ -49,14 +51,18 @@ TEST(CudaDeferredAlgebra, MatchesTheCpu) {
       {"zero-length step beside a tree", {0, 7}, {5, 3}, true, false, false},
       {"no initial state", {6, 4}, {3, 2}, true, true, false},
       {"a NaN draft", {4, 5}, {3, 2}, false, false, true},
+      {"a NaN draft in a tree", {5, 4}, {3, 2}, true, false, true},
   };
   Rng r(8700);
+  for (const DType state : {DType::kFloat32, DType::kBFloat16})
   for (const AlgCase& c : cases) {
     SCOPED_TRACE(c.name);
+    SCOPED_TRACE(state == DType::kFloat32 ? "float32 state" : "bfloat16 state");
+    const double tol = state == DType::kFloat32 ? 1e-5 : 1e-2;
     const int64_t T = c.lens[0] + c.lens[1];
     GdrIn in = make_gdr_in(r, T, kH, kHV, kK, kV, DType::kFloat32, DType::kFloat32);
     if (c.nan_draft) in.v.set((c.lens[0] - 1) * kHV * kV + 5, std::nan(""));  // sequence 0's last token
-    Buf pool = make_ssm_pool(DType::kFloat32, 3, kHV, kK, kV, StateLayout::kVK);
+    Buf pool = make_ssm_pool(state, 3, kHV, kK, kV, StateLayout::kVK);
     fill_normal(pool, r, 0.5);
     Buf log_in = deferred_log(3, kCols, kHV, kK, kV), log_out = deferred_log(3, kCols, kHV, kK, kV);
     fill_log(log_in, kK, r);
@@ -72,15 +78,17 @@ TEST(CudaDeferredAlgebra, MatchesTheCpu) {
     const Status sc = run_deferred_on(Backend::kCPU, in, pc, qsl, slots, nacc, oc, log_in, lc, op);
     ASSERT_TRUE(sg.ok()) << sg.message();
     ASSERT_TRUE(sc.ok()) << sc.message();
-    for (int64_t s = 0; s < 2; ++s) expect_slot_close(pg, s, pc, s, 1e-5, "committed state");
+    for (int64_t s = 0; s < 2; ++s) expect_slot_close(pg, s, pc, s, tol, "committed state");
     expect_slot_close(pg, 2, pc, 2, 0.0, "the slot no sequence names");
     if (c.nan_draft) {
       for (int64_t e = 0; e < pg.numel(); ++e) ASSERT_TRUE(std::isfinite(pg.get(e))) << "committed state " << e;
-      const int64_t row = kHV * kV;  // sequence 1's outputs are untouched by the NaN
-      EXPECT_LE(rel_l2(og, oc, {{c.lens[0] * row, c.lens[1] * row}}, {{c.lens[0] * row, c.lens[1] * row}}), 1e-5);
+      const int64_t row = kHV * kV;  // sequence 1's outputs and sequence 0's before the NaN token
+      EXPECT_LE(rel_l2(og, oc, {{c.lens[0] * row, c.lens[1] * row}}, {{c.lens[0] * row, c.lens[1] * row}}), tol);
+      EXPECT_LE(rel_l2(og, oc, {{0, (c.lens[0] - 1) * row}}, {{0, (c.lens[0] - 1) * row}}), tol);
+      EXPECT_TRUE(std::isnan(og.get((c.lens[0] - 1) * row + 5))) << "the NaN token's output at its NaN row";
       continue;
     }
-    EXPECT_LE(rel_l2(og, oc), 1e-5) << "outputs";
+    EXPECT_LE(rel_l2(og, oc), tol) << "outputs";
     EXPECT_LE(rel_l2(lg, lc), 1e-5) << "log";
   }
 }

@@ -360,7 +360,16 @@ TEST(DeferredChunks, LeanAlgebraEqualsTheRecurrence) {
       }
     for (int j = 0; j < n; ++j) cuda::deferred::chunk_column(c, cf, j);
     cuda::deferred::LeanCoefs lc{};
-    for (int u = 0; u < n; ++u) cuda::deferred::lean_row_coefs(cf, n, m, u, lc);
+    for (int u = 0; u < n; ++u) cuda::deferred::lean_row_coefs(c, cf, n, m, u, lc);
+    for (int u = 0; u < n; ++u)  // anc: u and its ancestors (replayed rows, then the step's tokens)
+      for (int i = 0; i < n; ++i) {
+        bool want = i == u;
+        for (int64_t a = u; !want && a >= 0;) {
+          a = a < m ? a - 1 : parent(a - m) >= 0 ? m + parent(a - m) : m - 1;
+          want = a == i;
+        }
+        EXPECT_EQ((lc.anc[u] >> i) & 1u, want ? 1u : 0u) << "anc[" << u << "] bit " << i;
+      }
     double e_o = 0, n_o = 0, e_s = 0, n_s = 0;
     for (int vi = 0; vi < V; ++vi) {
       std::vector<float> w(K);

@@ -367,6 +367,10 @@ TEST(Plan, Deferred) {
   EXPECT_TRUE(big.path == Path::kDeferred && !big.algebra && big.rows == kDeferredRows);
   const DeferredPlan big_forced = tree(64, {Path::kDeferredLeanAlg}, 16);  // forced: the algebra at any size
   EXPECT_TRUE(big_forced.path == Path::kDeferredLean && big_forced.algebra);
+  DeferredProblem v80;  // 16-row warps, but V not a multiple of the algebra kernel's block rows
+  v80.nseq = 256, v80.HV = 32, v80.V = 80, v80.lean_ok = true, v80.tree = true, v80.nodes = 4;
+  const DeferredPlan p80 = plan_deferred(v80, 9, 132);
+  EXPECT_TRUE(p80.path == Path::kDeferred && !p80.algebra);
   const DeferredPlan t1 = tree(1);  // 8-row warps there: the general kernel in the form it plans without lean_ok
   DeferredProblem general;
   general.nseq = 1, general.HV = 32, general.V = 128;

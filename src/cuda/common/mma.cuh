@@ -1,5 +1,6 @@
 // src/cuda/common/mma.cuh — the tensor-core primitives of the chunked kernels, as inline PTX (sm_80+):
-// ldmatrix, mma.sync m16n8k16 with float32 accumulation, cp.async, named barriers.
+// ldmatrix, mma.sync m16n8k16 (16-bit inputs) and m16n8k8 (tf32) with float32 accumulation, cp.async,
+// named barriers.
 //
 // Fragments of mma.m16n8k16 (lane l, g = l / 4, c = 2 (l % 4)):
 //   A (16 x 16, row major), 4 registers of two 16-bit values: a0 (g, c..c+1), a1 (g+8, c..),
@@ -90,6 +91,23 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// D += A B, m16n8k8 on tf32 inputs (A: a0 (g, c/2), a1 (g+8, c/2), a2 (g, c/2+4), a3 (g+8, c/2+4);
+// B: b0 (k = c/2, n = g), b1 (k = c/2+4, n = g); C as above), float32 accumulators.
+// (Not volatile: no side effect, so the compiler interleaves independent products.)
+__device__ __forceinline__ void mma1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// x as big + small, two tf32 values (round to nearest): products of such pairs summed as big big +
+// big small + small big keep float32 accuracy on tf32 tensor cores.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(x - __uint_as_float(big)));
 }
 
 // Two floats as one register of two 16-bit values (lo in the low half).

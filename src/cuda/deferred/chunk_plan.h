@@ -254,20 +254,26 @@ GDN_HD void gammas(const ChunkPlan& c, const float* dec, float* gamma) {
   for (int u = 0; u < c.n; ++u) gamma[u] = (c.lp[u] < 0 ? 1.f : gamma[c.lp[u]]) * dec[u];
 }
 
-// Column j of T = (I + L)^-1, L[u][i] = beta_u E[i][u] Gk[i][u] (forward substitution), and of
-// P = N^T T, N[l][u] = E[l][u] Gq[l][u]. Columns are independent (a thread each).
-GDN_HD void chunk_column(const ChunkPlan& c, ChunkCoefs& cf, int j) {
+// Column j of T = (I + L)^-1, L[u][i] = beta_u E[i][u] Gk[i][u] (forward substitution; columns are
+// independent: a thread each).
+GDN_HD void t_column(const ChunkPlan& c, ChunkCoefs& cf, int j) {
   cf.T[j][j] = 1.f;
   for (int u = j + 1; u < c.n; ++u) {
     float s = 0.f;
     for (int i = j; i < u; ++i) s += cf.E[i][u] * cf.Gk[i][u] * cf.T[i][j];
     cf.T[u][j] = -cf.beta[u] * s;
   }
-  for (int u = j; u < c.n; ++u) {
-    float s = 0.f;
-    for (int l = j; l <= u; ++l) s += cf.E[l][u] * cf.Gq[l][u] * cf.T[l][j];
-    cf.P[u][j] = s;
-  }
+}
+// P[u][j] (j <= u) of P = N^T T, N[l][u] = E[l][u] Gq[l][u], once T is solved.
+GDN_HD float p_entry(const ChunkCoefs& cf, int u, int j) {
+  float s = 0.f;
+  for (int l = j; l <= u; ++l) s += cf.E[l][u] * cf.Gq[l][u] * cf.T[l][j];
+  return s;
+}
+// Column j of T and of P.
+GDN_HD void chunk_column(const ChunkPlan& c, ChunkCoefs& cf, int j) {
+  t_column(c, cf, j);
+  for (int u = j; u < c.n; ++u) cf.P[u][j] = p_entry(cf, u, j);
 }
 
 // One state row: y_u from its v and p; then o_u = gamma_u r_u + (P y)_u, y(i) the row's y of node i.
@@ -280,7 +286,7 @@ GDN_HD float row_o(const ChunkCoefs& cf, int u, float r, const YF& y) {
 }
 
 
-// The lean form's algebra (deferred_lean.cuh, kAlg): a sequence's replay and step as one chunk of
+// The algebra kernel's (deferred_mma.cuh): a sequence's replay and step as one chunk of
 // n = m + T <= kChunk nodes from the committed state W, the m replayed log rows (a chain) and then
 // the step's T tokens (a chain, or a tree whose roots hang below the last replayed node). With the
 // coefficients above, per state row, p_u = W k_u (every node), r_u = W q_u (the step's tokens) and
@@ -289,12 +295,13 @@ GDN_HD float row_o(const ChunkCoefs& cf, int u, float r, const YF& y) {
 //     S_m = gamma_{m-1} W + sum_{i < m} c_i k_i^T,  c_i = sum_{j <= i} Z[i][j] y_j
 //                                                            i < m: Z[i] = E[i][m-1] T[i]
 // S_m, the replayed state, is the one committed (a verify step logs its tokens). Row-independent,
-// per (sequence, value head): deferred_coef_kernel writes them, every row warp reads them.
+// per (sequence, value head): the kernel's block computes them, each of its row warps applies them.
 struct LeanCoefs {
   int n, m, alg, unused;  // nodes, replayed rows; alg 0: the sequence takes the recurrence
   int32_t rows[kChunk];   // the log rows of the replayed nodes
   float beta[kChunk], bgam[kChunk], gamma[kChunk];
   float Z[kChunk][kChunk];  // 0 above the diagonal and past n
+  uint32_t anc[kChunk];     // bit i of anc[u]: node i is u or one of its ancestors
 };
 
 // The chunk of the lean algebra: par(t) step token t's parent in [0, t), or -1 (a root).
@@ -311,13 +318,27 @@ GDN_HD void lean_chunk(int m, int T, const Par& par, ChunkPlan& c) {
   }
 }
 
-// Row u of the lean coefficients, once every column of T and P is solved (chunk_column).
-GDN_HD void lean_row_coefs(const ChunkCoefs& cf, int n, int m, int u, LeanCoefs& lc) {
+// Bit i of the result: node i is u or one of its ancestors.
+GDN_HD uint32_t ancestors(const ChunkPlan& c, int u) {
+  uint32_t a = 1u << u;
+  for (int v = c.lp[u]; v >= 0; v = c.lp[v]) a |= 1u << v;
+  return a;
+}
+// Row u's scalars of the lean coefficients (from beta and gamma).
+GDN_HD void lean_row_scalars(const ChunkPlan& c, const ChunkCoefs& cf, int u, LeanCoefs& lc) {
+  lc.anc[u] = ancestors(c, u);
   lc.beta[u] = cf.beta[u];
   lc.bgam[u] = cf.beta[u] * cf.gamma[u];
   lc.gamma[u] = cf.gamma[u];
-  for (int j = 0; j < kChunk; ++j)
-    lc.Z[u][j] = j > u || j >= n ? 0.f : u >= m ? cf.P[u][j] : cf.E[u][m - 1] * cf.T[u][j];
+}
+// Z[u][j], once T is solved (a step token's row is P's: p_entry).
+GDN_HD float lean_z(const ChunkCoefs& cf, int n, int m, int u, int j) {
+  return j > u || j >= n ? 0.f : u >= m ? p_entry(cf, u, j) : cf.E[u][m - 1] * cf.T[u][j];
+}
+// Row u of the lean coefficients, once every column of T is solved (t_column).
+GDN_HD void lean_row_coefs(const ChunkPlan& c, const ChunkCoefs& cf, int n, int m, int u, LeanCoefs& lc) {
+  lean_row_scalars(c, cf, u, lc);
+  for (int j = 0; j < kChunk; ++j) lc.Z[u][j] = lean_z(cf, n, m, u, j);
 }
 
 }  // namespace gdn::cuda::deferred

@@ -113,6 +113,26 @@ __device__ __forceinline__ F* log_entry(F* log, int64_t rs, const DeferredParams
   return log + slot * rs + (row * p.HV + hv) * static_cast<int64_t>(p.K + p.V + 2);
 }
 
+// The replayed log rows of sequence i (into rows, when given: at most kChunk + 1), up to the first
+// path entry outside the log; m + T <= kChunk: the chunk fits (deferred_mma.cuh's algebra kernel
+// takes the sequence).
+__device__ __forceinline__ int alg_replay(const DeferredParams& p, const GroupMeta& g, const SeqInfo& si, int64_t i,
+                                          int32_t* rows) {
+  constexpr int C = deferred::kChunk;
+  const int64_t n_rep = !si.pad && si.init && g.num_accepted.present() ? rules::clamp64(g.num_accepted(i), 0, p.log_cols) : 0;
+  int m = 0;
+  for (int64_t j = 0; j < n_rep && m <= C; ++j) {
+    const int64_t row = p.path.present() ? p.path(i, j) : j;
+    if (row < 0 || row >= p.log_cols) break;
+    if (rows != nullptr) rows[m] = static_cast<int32_t>(row);
+    ++m;
+  }
+  return m;
+}
+__device__ __forceinline__ bool alg_fits(const DeferredParams& p, const GroupMeta& g, const SeqInfo& si, int64_t i) {
+  return !si.pad && alg_replay(p, g, si, i, nullptr) + si.tr.len <= deferred::kChunk;
+}
+
 // One staged chain through W, a token at a time (node u's parent is node u - 1, node 0's is W's
 // node): per row, the lane's partial sums of W k^ and (kOut) W q^ reduce-scattered together over
 // the row's lanes, then
@@ -253,7 +273,7 @@ __global__ void __launch_bounds__(DeferredTraits<TState, KP, kSmall>::kThreads,
   const GroupMeta& g = p.group[0];
   const int64_t i = blockIdx.z;
   const SeqInfo si = start_seq(p, g, i, false);  // slot0: the sequence's slot; pad: unusable
-  if (p.coefs != nullptr && p.coefs[i * p.HV + hv].alg) return;  // the lean form's algebra took it
+  if (p.alg_before && (si.pad || alg_fits(p, g, si, i))) return;  // the algebra kernel took it
   const rules::TokenRange tr = si.tr;
   const int64_t slot = si.slot0;
   float w[R][EPL];

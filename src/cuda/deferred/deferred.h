@@ -9,10 +9,6 @@
 #include "cuda/plan/plan.h"
 
 namespace gdn::cuda {
-namespace deferred {
-struct LeanCoefs;  // chunk_plan.h
-}
-
 // The recurrence's parameters (group 0: one slot per sequence in slots (column 0), the replay
 // counts in num_accepted (absent: none), has_init; every gate and norm form of ops.h:
 // RecurrentParams::gates) plus the logs, the tree and the gate inputs as FloatRefs.
@@ -33,9 +29,9 @@ struct DeferredParams : RecurrentParams {
   // 0 .. prep_rows - 1, or null (each row warp prepares its tokens itself).
   float* prep = nullptr;
   int64_t prep_rows = 0;
-  // The lean form's algebra coefficients (deferred_coef.cuh), [sequences][HV], after the prepared
-  // inputs in the same buffer; null: the lean form runs the recurrence.
-  deferred::LeanCoefs* coefs = nullptr;
+  // The algebra kernel (deferred_mma.cuh) ran before: the general kernel leaves it the sequences it
+  // took (padding, and those whose chunk fits).
+  bool alg_before = false;
 };
 
 // The bytes of the lean form's prepared token inputs (deferred_prep.cuh) for p's group 0: verify

@@ -28,7 +28,7 @@ size_t deferred_prep_bytes(const DeferredParams& p, plan::Override force) {
   pb.nodes = p.log_cols;
   const plan::DeferredPlan pl = plan::plan_deferred(pb, major, sms, force);
   if (pl.rows != plan::kDeferredLean16Rows) return 0;
-  return DeferredPrep::bytes(p.group[0].limit, p.H, p.HV, pl.algebra ? static_cast<int64_t>(p.group[0].n) * p.HV : 0);
+  return DeferredPrep::bytes(p.group[0].limit, p.H, p.HV);
 }
 
 Status launch_deferred_any(const DeferredParams& p, DType act, DType state, plan::Override force,

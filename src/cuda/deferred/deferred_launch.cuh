@@ -1,11 +1,13 @@
 // src/cuda/deferred/deferred_launch.cuh — the deferred-commit mode's launcher: the planner's choice
 // (plan::plan_deferred) between the lean form (deferred_lean.cuh: linear verify, K = 128, dense
-// "vk" state; its 16-row warps after the prep kernel and, through the algebra, the coefficient
-// kernel) and the general kernel (deferred.cuh) in its four-warp or one-warp block.
+// "vk" state; its 16-row warps after the prep kernel), the algebra on tensor cores after the prep
+// kernel (deferred_mma.cuh: verify steps, chains and small trees) and the general kernel
+// (deferred.cuh) in its four-warp or one-warp block.
 // Instantiated per dtype pair in deferred_<act>_<state>.cu.
 #pragma once
 #include "cuda/deferred/deferred.cuh"
 #include "cuda/deferred/deferred_lean.cuh"
+#include "cuda/deferred/deferred_mma.cuh"
 
 namespace gdn::cuda {
 
@@ -39,14 +41,13 @@ Status launch_deferred(const DeferredParams& p, plan::Override force, cudaStream
     GDN_RETURN_IF_ERROR(Launch(dim3(blocks), DeferredPrep::kThreads, 0, stream)(deferred_prep_kernel<TAct>, p));
     // the algebra commits the state before the step's tokens: verify steps (log_tokens) only
     if (!pl.algebra || !p.log_tokens) return Launch(grid, 32, 0, stream)(deferred_lean_kernel<TAct, TS, k16, true>, p);
-    // the algebra's coefficients after the prepared inputs (deferred_prep_bytes sized both)
-    DeferredParams q = p;
-    q.coefs = reinterpret_cast<deferred::LeanCoefs*>(p.prep + DeferredPrep::coef_offset(p.prep_rows, p.H, p.HV));
-    GDN_RETURN_IF_ERROR(Launch(dim3(static_cast<unsigned>(nseq), static_cast<unsigned>(p.HV)), kCoefThreads, 0,
-                               stream)(deferred_coef_kernel<TAct>, q));
-    GDN_RETURN_IF_ERROR(Launch(grid, 32, 0, stream)(deferred_lean_kernel<TAct, TS, k16, true, true>, q));
+    const dim3 ga(static_cast<unsigned>(p.V / kAlgRows), static_cast<unsigned>(p.HV), static_cast<unsigned>(nseq));
+    GDN_RETURN_IF_ERROR(Launch(ga, kAlgThreads, 0, stream)(deferred_alg_kernel<TAct, TS>, p));
     if (!pb.tree) return Status::Ok();
-    // a tree's sequences the algebra did not take (alg = 0): the general kernel, which skips the others
+    // a tree's sequences the algebra did not take (larger than its chunk): the general kernel, which
+    // skips the others
+    DeferredParams q = p;
+    q.alg_before = true;
     using Tr = DeferredTraits<TS, 128, false>;
     const dim3 g2(static_cast<unsigned>((p.V + Tr::kRows - 1) / Tr::kRows), static_cast<unsigned>(p.HV),
                   static_cast<unsigned>(nseq));

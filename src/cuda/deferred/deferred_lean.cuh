@@ -1,6 +1,5 @@
-// src/cuda/deferred/deferred_lean.cuh — the deferred-commit mode's linear verify (and, through the
-// algebra, token trees) in the lean kernel's manner (lean/recurrent_lean.cuh): one warp owning 8 or 16 rows of a (sequence,
-// value head), a row's K = 128 elements over 16 lanes, every input loaded by each lane into its
+// src/cuda/deferred/deferred_lean.cuh — the deferred-commit mode's linear verify in the lean
+// kernel's manner (lean/recurrent_lean.cuh): one warp owning 8 or 16 rows of a (sequence, value head), a row's K = 128 elements over 16 lanes, every input loaded by each lane into its
 // registers; no shared memory, no barrier.
 //   grid = (V / rows, HV, sequences), block = one warp.
 // The planner takes 16-row warps for large batches (their token preparation, the loads, norms and
@@ -9,15 +8,12 @@
 // as many warps to fill the SMs, one launch).
 // Per sequence: the state read once, its logged rows replayed (the recurrence's update of
 // recur_rows without an output: with float32 state the bits the per-token mode stored, on this
-// recurrence path; the algebra's sums run in another order), the state
-// written once, the step's tokens through recur_rows (outputs and log entries). The 16-row warps
-// planned through the algebra (kAlg, lean_algebra below; plan::DeferredPlan::algebra: token trees
-// of a few nodes) instead take a sequence's replay and tokens as one chunk with the coefficients of
-// deferred_coef_kernel. deferred.cuh's kernel takes what this one does not (trees outside the
-// algebra, other K, "kv" or strided state, unaligned q / k).
+// recurrence path), the state written once, the step's tokens through recur_rows (outputs and log entries). Verify steps the
+// planner gives the algebra (plan::DeferredPlan::algebra) go to deferred_mma.cuh's kernel instead,
+// deferred.cuh's kernel takes what neither does (larger trees, other K, "kv" or strided state,
+// unaligned q / k).
 #pragma once
 #include "cuda/deferred/deferred.cuh"
-#include "cuda/deferred/deferred_coef.cuh"
 #include "cuda/deferred/deferred_prep.cuh"
 #include "cuda/lean/recurrent_lean.cuh"
 
@@ -33,116 +29,8 @@ struct DeferredLeanTraits {
   static constexpr int kMinBlocks = kWarpRows == 8 ? 20 : 16;
 };
 
-// One sequence through the algebra (kAlg; chunk_plan.h, LeanCoefs): per node the rows' W k_u and per
-// step token W q_u, each as the lanes' partial sums reduce-scattered over the row's lanes (the lane
-// then holds row ln / (L / R) of its group), with no dependence between nodes; the row's y, the
-// outputs and the commit coefficients from the coefficients; then S_m in registers, stored once.
-template <typename TAct, typename TState, typename Tr>
-__device__ __forceinline__ void lean_algebra(const DeferredParams& p, const deferred::LeanCoefs& lc,
-                                             float (&s)[Tr::kRowsPerLane][Tr::kEPL], TState* sp,
-                                             rules::TokenRange tr, int64_t slot, int hv, int h, int row0, int ln,
-                                             int lane) {
-  constexpr int L = Tr::kLanes, G = Tr::kGroups, R = Tr::kRowsPerLane, EPL = Tr::kEPL, KP = L * EPL;
-  constexpr int C = deferred::kChunk, S = L / R;  // S lanes hold each row's sums
-  static_assert(kScatter<L, R, true>, "one reduce-scatter over the row's lanes");
-  const int n = lc.n, m = lc.m;
-  const int vrow = row0 + (ln / S) * G;  // the row this lane holds after a reduce-scatter
-  const int64_t K = p.K, V = p.V;
-  auto dots = [&](const float(&x)[EPL]) {
-    float d[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      d[r] = 0.f;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) d[r] += s[r][e] * x[e];
-    }
-    return scatter_sum<L, R>(d, ln);
-  };
-  float y[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) y[c] = 0.f;
-  auto zrow = [&](int u) {  // sum_j Z[u][j] y_j
-    const float4* z = reinterpret_cast<const float4*>(lc.Z[u]);
-    float acc = 0.f;
-#pragma unroll
-    for (int c = 0; c < C / 4; ++c) {
-      const float4 f = z[c];
-      acc += f.x * y[4 * c] + f.y * y[4 * c + 1] + f.z * y[4 * c + 2] + f.w * y[4 * c + 3];
-    }
-    return acc;
-  };
-  auto logged = [&](int j) { return log_entry(p.log_in, p.log_in_rs, p, slot, lc.rows[j], hv); };  // replayed node j
-  auto log_k = [&](const float* e, float(&kr)[EPL]) {  // its logged k^
-#pragma unroll
-    for (int c = 0; c < EPL; ++c) kr[c] = e[ln * EPL + c];
-  };
-  TAct* const o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * V + vrow;
-  for (int j = 0; j < n; ++j) {
-    float kr[EPL], vj;
-    int64_t row = 0;
-    if (j < m) {
-      const float* e = logged(j);
-      log_k(e, kr);
-      vj = e[K + vrow];
-    } else {
-      row = tr.begin + (j - m);
-      load_vec<float, EPL, false>(DeferredPrep::qk(p, row, h) + 128 + ln * EPL, kr);
-      vj = to_float(static_cast<const TAct*>(p.src.v)[row * p.src.v_rs + static_cast<int64_t>(hv) * V + vrow]);
-    }
-    const float yj = lc.beta[j] * vj - lc.bgam[j] * dots(kr);
-#pragma unroll
-    for (int c = 0; c < C; ++c) y[c] = c == j ? yj : y[c];
-    if (j < m) continue;
-    float qr[EPL];
-    load_vec<float, EPL, false>(DeferredPrep::qk(p, row, h) + ln * EPL, qr);
-    const float oj = lc.gamma[j] * dots(qr) + zrow(j);
-    if (ln % S == 0) o[out_row(p, row) * p.o_rs] = from_float<TAct>(oj);
-    const int64_t t = j - m;
-    if (t < p.log_cols) {  // the token's log entry: k^, g, beta by the first row block, v by each
-      float* e = log_entry(p.log_out, p.log_out_rs, p, slot, t, hv);
-      if (blockIdx.x == 0 && lane < L) {
-#pragma unroll
-        for (int c = 0; c < EPL; ++c) e[ln * EPL + c] = kr[c];
-        if (ln == 0) {
-          const float* gt = DeferredPrep::gates(p, row, hv);
-          e[K + V] = gt[0];
-          e[K + V + 1] = gt[1];
-        }
-      }
-      if (ln % S == 0) e[K + vrow] = vj;
-    }
-  }
-  // S_m = gamma_{m-1} W + sum_{i < m} c_i k_i^T, row r's c_i from the lane holding it. The step
-  // tokens' y leave first: Z[i][j] is 0 for them, but 0 * inf or NaN (a non-finite draft) is NaN, and
-  // the committed state is the one before the tokens.
-#pragma unroll
-  for (int c = 0; c < C; ++c) y[c] = c < m ? y[c] : 0.f;
-  const float gc = m > 0 ? lc.gamma[m - 1] : 1.f;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) s[r][e] *= gc;
-  for (int i = 0; i < m; ++i) {
-    const float ci = zrow(i);
-    float kr[EPL];
-    log_k(logged(i), kr);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float cr = __shfl_sync(0xffffffffu, ci, (lane & ~(L - 1)) + r * S);
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) s[r][e] += cr * kr[e];
-    }
-  }
-  static_assert(KP == 128, "K = 128");
-#pragma unroll
-  for (int r = 0; r < R; ++r) store_vec<TState, EPL>(sp + r * G * KP, s[r]);
-}
-
 // kPrepped: the step's token inputs from deferred_prep_kernel's workspace (p.prep).
-// kAlg (with kPrepped): sequences whose coefficients p.coefs holds (deferred_coef_kernel, alg)
-// through lean_algebra, the other chains through the recurrence below (the other trees are left
-// to the general kernel, launched after this one).
-template <typename TAct, typename TState, int kWarpRows = 8, bool kPrepped = false, bool kAlg = false>
+template <typename TAct, typename TState, int kWarpRows = 8, bool kPrepped = false>
 __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
     deferred_lean_kernel(const __grid_constant__ DeferredParams p) {
   using Tr = DeferredLeanTraits<kWarpRows>;
@@ -164,10 +52,6 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
     for (int64_t t = lane; t < tr.len; t += 32) bad |= out_row(p, tr.begin + t) < 0;
     pad = __any_sync(0xffffffffu, bad) || pad;
   }
-  // A tree the algebra does not take is the general kernel's (launched next): its state is read there
-  // only (one read per sequence, docs/contract.md §7). Chains never wait on the coefficients here.
-  bool general = false;
-  if constexpr (kAlg) general = p.parents.present() && !p.coefs[i * p.HV + hv].alg;
   TState* const sp = static_cast<TState*>(p.state) + slot * p.state_slot_stride +
                      (static_cast<int64_t>(hv) * V + row0) * KP + ln * EPL;  // row j at sp + j G K
   float s[R][EPL];
@@ -175,7 +59,7 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
   for (int j = 0; j < R; ++j) {
 #pragma unroll
     for (int e = 0; e < EPL; ++e) s[j][e] = 0.f;
-    if (!pad && si.init && !general) load_vec<TState, EPL>(sp + j * G * KP, s[j]);
+    if (!pad && si.init) load_vec<TState, EPL>(sp + j * G * KP, s[j]);
   }
   TAct* const o = static_cast<TAct*>(p.o) + static_cast<int64_t>(hv) * V + row0;  // row j at o + j G
   if (pad) {  // nothing read or written but zero outputs (at the rows that exist)
@@ -184,11 +68,6 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
       if (orow >= 0 && ln < R) o[orow * p.o_rs + ln * G] = from_float<TAct>(0.f);
     }
     return;
-  }
-  if constexpr (kAlg) {
-    const deferred::LeanCoefs& lc = p.coefs[i * p.HV + hv];
-    if (lc.alg) return lean_algebra<TAct, TState, Tr>(p, lc, s, sp, tr, slot, hv, h, row0, ln, lane);
-    if (general) return;
   }
   const int64_t n_rep =
       si.init && g.num_accepted.present() ? rules::clamp64(g.num_accepted(i), 0, p.log_cols) : 0;

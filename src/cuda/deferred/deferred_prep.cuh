@@ -3,8 +3,7 @@
 // k^ and q^ through prep_regs with the lean form's 16-lane sums (so the bits the lean form computes
 // itself), and per value head g, beta and exp(g). The lean form then loads them (deferred_lean.cuh,
 // kPrepped). The workspace (DeferredParams::prep):
-//   floats [rows][H][2][128]: q^ then k^ of (row, h); then [rows][HV][4]: g, beta, exp(g), 0; then,
-//   where the algebra runs, deferred::LeanCoefs [sequences][HV].
+//   floats [rows][H][2][128]: q^ then k^ of (row, h); then [rows][HV][4]: g, beta, exp(g), 0.
 // Grid: (row, key head) pairs, a half-warp each, 8 per block of 4 warps.
 #pragma once
 #include "cuda/deferred/deferred.cuh"
@@ -16,12 +15,9 @@ struct DeferredPrep {
   static constexpr int kL = 16, kEPL = 8, kThreads = 128, kPairs = kThreads / kL;
   // the floats before the gates
   static __host__ __device__ int64_t qk_floats(int64_t rows, int H) { return rows * H * 256; }
-  // the floats before the algebra's coefficients (deferred_coef.cuh), after the gates
-  static __host__ __device__ int64_t coef_offset(int64_t rows, int H, int HV) { return rows * (H * 256 + HV * 4); }
-  // the whole workspace, with the coefficients of `coef_groups` (sequence, value head) pairs
-  static __host__ size_t bytes(int64_t rows, int H, int HV, int64_t coef_groups) {
-    return static_cast<size_t>(coef_offset(rows, H, HV)) * sizeof(float) +
-           static_cast<size_t>(coef_groups) * sizeof(deferred::LeanCoefs);
+  // the whole workspace
+  static __host__ size_t bytes(int64_t rows, int H, int HV) {
+    return static_cast<size_t>(rows * (H * 256 + HV * 4)) * sizeof(float);
   }
   // q^ of (row, key head) at [0, 128), k^ at [128, 256)
   static __device__ float* qk(const DeferredParams& p, int64_t row, int h) { return p.prep + (row * p.H + h) * 256; }

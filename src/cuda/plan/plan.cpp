@@ -246,10 +246,10 @@ DeferredPlan plan_deferred(const DeferredProblem& p, int cc_major, int sms, Over
     const bool wide = force.path == Path::kDeferredLean16 || force.path == Path::kDeferredLeanAlg ||
                       (force.path != Path::kDeferredLean8 && !at_most(warps8, t.deferred_lean16_warps, t, sms > 0 ? sms : 1));
     if (wide) pl.rows = kDeferredLean16Rows;
-    // the algebra for trees whose replay and nodes fit its chunk (kDeferredAlgebraNodes each): the
-    // recurrence keeps chains and larger trees (H200, N = 16-256, T = 2-4: the algebra 1.33-1.52x
-    // the recurrence's time; trees of 4 and 8 nodes 0.68-1.00x the general kernel's, 16 nodes 1.07-1.11x)
-    pl.algebra = wide && p.tree && force.path != Path::kDeferredLean16 &&
+    // the algebra on tensor cores (deferred_mma.cuh) for trees whose replay and nodes fit its chunk
+    // (kDeferredAlgebraNodes each): the recurrence keeps chains (H100, N = 16-256, T = 1-4: the
+    // algebra kernel 1.23-1.90x the recurrence's time) and the general kernel larger trees
+    pl.algebra = wide && p.tree && p.V % kDeferredAlgRows == 0 && force.path != Path::kDeferredLean16 &&
                  (force.path == Path::kDeferredLeanAlg || p.nodes <= kDeferredAlgebraNodes);
   }
   if (p.tree && pl.path == Path::kDeferredLean && !pl.algebra) {  // trees: the general kernel then

@@ -41,7 +41,7 @@ enum class Path : uint8_t {
   kDeferredLean,   // linear verify in the lean kernel's layout (deferred_lean.cuh)
   kDeferredLean8,   // forced only: the lean form's 8-row warps (each preparing its tokens)
   kDeferredLean16,  // forced only: the lean form's 16-row warps (the prep kernel's inputs where it runs)
-  kDeferredLeanAlg,  // forced only: the 16-row warps through the algebra (deferred_coef.cuh) where it runs
+  kDeferredLeanAlg,  // forced only: the algebra on tensor cores (deferred_mma.cuh) where it runs
   // the chunked op's chunk kernel, by value columns per block
   kChunk32,
   kChunk64,
@@ -182,9 +182,10 @@ AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_m
 // The deferred-commit mode (gated_delta_rule_recurrent with verify_log): the lean form
 // (deferred/deferred_lean.cuh: one warp per kDeferredSmallRows rows, no shared memory) wherever it
 // applies (lean_ok: K = 128, dense "vk" state, aligned q / k), with kDeferredLean16Rows rows per
-// warp above deferred_lean16_warps warps; there token trees of at most kDeferredAlgebraNodes nodes
-// go through the algebra (deferred_coef.cuh; a sequence that does not fit its chunk goes to the
-// general kernel after it), chains through the recurrence; other trees and every other shape to
+// warp above deferred_lean16_warps warps, chains through the recurrence; there token trees of at
+// most kDeferredAlgebraNodes nodes (verify_log's columns) go through the algebra on tensor cores
+// (deferred_mma.cuh, V a multiple of kDeferredAlgRows; a tree that does not fit its chunk goes to
+// the general kernel after it); other trees and every other shape to
 // the general kernel (deferred/deferred.cuh: trees, every shape) in one of two block sizes,
 // kDeferredRows rows of a (sequence, value head) per block (four warps sharing a chunk's staged
 // inputs and key products) or kDeferredSmallRows (one warp). The four-warp form unless its grid
@@ -193,6 +194,7 @@ AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_m
 // (the lean form where lean_ok).
 constexpr int kDeferredRows = 32, kDeferredSmallRows = 8, kDeferredLean16Rows = 16;
 constexpr int64_t kDeferredAlgebraNodes = 8;  // replay and step within the algebra's 16-node chunk
+constexpr int kDeferredAlgRows = 64;           // state rows per block of the algebra kernel (V a multiple)
 struct DeferredProblem {
   int64_t nseq = 0;
   int HV = 0, V = 0;
@@ -203,7 +205,7 @@ struct DeferredProblem {
 struct DeferredPlan {
   Path path = Path::kDeferred;
   int rows = kDeferredRows;      // state rows per block
-  bool algebra = false;          // the lean form's 16-row warps through the algebra (deferred_coef.cuh)
+  bool algebra = false;          // the lean form's 16-row warps through the algebra (deferred_mma.cuh)
   int64_t grid_x = 0, grid_y = 0, grid_z = 0;  // (ceil(V / rows), HV, nseq)
 };
 DeferredPlan plan_deferred(const DeferredProblem& p, int cc_major, int sms, Override force = {});
