@@ -1,7 +1,7 @@
 // src/cuda/deferred/deferred_launch.cuh — the deferred-commit mode's launcher: the planner's choice
 // (plan::plan_deferred) between the lean form (deferred_lean.cuh: linear verify, K = 128, dense
 // "vk" state; its 16-row warps after the prep kernel), the algebra on tensor cores after the prep
-// kernel (deferred_mma.cuh: verify steps, chains and small trees) and the general kernel
+// kernel (deferred_mma.cuh: verify steps of token trees of a few nodes) and the general kernel
 // (deferred.cuh) in its four-warp or one-warp block.
 // Instantiated per dtype pair in deferred_<act>_<state>.cu.
 #pragma once
