@@ -297,8 +297,7 @@ GDN_HD float row_o(const ChunkCoefs& cf, int u, float r, const YF& y) {
 // S_m, the replayed state, is the one committed (a verify step logs its tokens). Row-independent,
 // per (sequence, value head): the kernel's block computes them, each of its row warps applies them.
 struct LeanCoefs {
-  int n, m, alg, unused;  // nodes, replayed rows; alg 0: the sequence takes the recurrence
-  int32_t rows[kChunk];   // the log rows of the replayed nodes
+  int n, m;  // nodes, replayed rows
   float beta[kChunk], bgam[kChunk], gamma[kChunk];
   float Z[kChunk][kChunk];  // 0 above the diagonal and past n
   uint32_t anc[kChunk];     // bit i of anc[u]: node i is u or one of its ancestors

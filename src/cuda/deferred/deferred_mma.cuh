@@ -1,10 +1,11 @@
 // src/cuda/deferred/deferred_mma.cuh — the deferred-commit mode's token-tree verify steps through
-// the chunk algebra (chunk_plan.h: LeanCoefs) on tensor cores. A block of kAlgWarps warps owns kAlgRows state
-// rows of a (sequence, value head); it takes the sequence's replay and step tokens as one chunk of
-// n = m + T <= kChunk nodes from the committed state W, with no chain from node to node:
+// the chunk algebra (chunk_plan.h: LeanCoefs) on tensor cores. A block of kAlgWarps warps owns
+// kAlgRows state rows of a (sequence, value head); it takes the sequence's replay and step tokens
+// as one chunk of n = m + T <= kChunk nodes from the committed state W, with no chain from node to
+// node:
 //   1. the block's threads: the chunk (its m replayed log rows, lean_chunk), the nodes' k^ and the
-//      tokens' q^ staged in shared memory, their gates, and the coefficients (E, gamma, k^ and q^
-//      products, T and P by column, Z) — row-independent, the work deferred_coef once did apart;
+//      tokens' q^ staged in shared memory, their gates, and the row-independent coefficients (E,
+//      gamma, the k^ and q^ products, T by column, Z by entry);
 //   2. each warp, 16 rows held as mma.sync accumulators (deferred_mma::algebra):
 //        X = W [k_0 .. k_15]   R = W [q_0 .. q_15]          (16 rows x 16 nodes, K = 128)
 //        y = beta v - (beta gamma) X,  Zy = y Z^T,  o_u = gamma_u R_u + (Zy)_u   (u >= m)
@@ -49,7 +50,9 @@ constexpr int kLdC = KP + 4;   // of the commit's copy
 
 // The commit's copy of node i's k^: lane group g's 16 elements (those of column g in the 16
 // n-tiles of the state: element 16 kp + 4 (g / 2) + (g % 2) + 2h at 16 g + 2 kp + h), contiguous.
-__device__ __forceinline__ int commit_at(int el) { return 16 * (2 * ((el & 15) >> 2) + (el & 1)) + 2 * (el >> 4) + ((el >> 1) & 1); }
+__device__ __forceinline__ int commit_at(int el) {
+  return 16 * (2 * ((el & 15) >> 2) + (el & 1)) + 2 * (el >> 4) + ((el >> 1) & 1);
+}
 
 struct Smem {
   float k[C][kLdX];   // node u's k^ (zeros past n)
@@ -273,7 +276,8 @@ __global__ void __launch_bounds__(kAlgThreads, 4) deferred_alg_kernel(const __gr
   const int m = s_m;
   if (m + T > C) return;  // a tree larger than the chunk: the general kernel's
   // the warp's rows of W
-  TState* const st = static_cast<TState*>(p.state) + slot * p.state_slot_stride + (static_cast<int64_t>(hv) * V + row0 + g) * KP + 4 * c;
+  TState* const st = static_cast<TState*>(p.state) + slot * p.state_slot_stride +
+                     (static_cast<int64_t>(hv) * V + row0 + g) * KP + 4 * c;
   float s[8][2][4];
 #pragma unroll
   for (int kp = 0; kp < 8; ++kp)
@@ -319,14 +323,12 @@ __global__ void __launch_bounds__(kAlgThreads, 4) deferred_alg_kernel(const __gr
     cf.g[tid] = gu;
     cf.dec[tid] = expf(gu);
     cf.beta[tid] = bu;
-    sm.lc.rows[tid] = tid < m ? sm.rows[tid] : -1;
   }
   if (tid == 32) {
     auto par = [&](int64_t t) { return p.parents.present() ? token_parent(p, tr.begin, t) : t - 1; };
     deferred::lean_chunk(m, static_cast<int>(T), par, sm.pl);
     sm.lc.n = n;
     sm.lc.m = m;
-    sm.lc.alg = 1;
   }
   __syncthreads();
   // 2. the coefficients: E and gamma; the key products along the paths, a quad per (i, u), i <= u
