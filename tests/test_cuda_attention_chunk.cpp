@@ -266,8 +266,8 @@ TEST(CudaAttentionChunkSplit, PromptSplitAcrossCalls) {
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  for (Path path : {Path::kAuto, Path::kChunk32, Path::kChunk64, Path::kChunkSplit, Path::kChunkSmall,
-                    Path::kChunkSplitSmall})
+  for (Path path : {Path::kAuto, Path::kChunk32, Path::kChunk64, Path::kChunk128, Path::kChunkSplit,
+                    Path::kChunkSmall, Path::kChunkSplitSmall})
     for (SpecConvLayout layout : {SpecConvLayout::kRolling, SpecConvLayout::kPerToken})
       for (auto dt : {std::pair<DType, DType>{DType::kBFloat16, DType::kFloat32},
                       std::pair<DType, DType>{DType::kBFloat16, DType::kBFloat16},

@@ -3,23 +3,25 @@
 //     and 4097 (shuffled; the long list for float32 state, a shorter one for 16-bit state), plus an
 //     empty sequence, a padding sequence (slot -1) and a sequence on the null slot; initial states
 //     for every other sequence; "vk" and "kv" pools with a padded slot stride; head ratio 1 and 2;
-//     both value splits (chunk_vs32, chunk_vs64), the split form and the small forms (chunk_split,
+//     the three value splits (chunk_vs32, chunk_vs64, chunk_vs128: eight consumer warps over
+//     V = 128, the 64-column blocks where V = 64), the split form and the small forms (chunk_split,
 //     chunk_small, chunk_split_small); bf16 and fp16 activations; float32, bf16 and fp16
 //     state. Outputs and final states per sequence against the CPU backend's recurrence, padding
 //     outputs zero, every slot no sequence names (and the null slot) bit-exact.
 //   CudaChunkForms.GateForms: the decay given in log space (float32 a), beta given (float32 b), q and k
 //     without l2 normalisation: the same batch against the CPU backend with the same forms.
 //   CudaChunkForms.IdenticalBytesRunAfterRun: the same call twice, outputs and pool bit for bit.
-//   CudaChunkSplit.SameBytesInEveryForm: the split form (a chunk's key side prepared once per value
-//     head, as records; U solved per block; bf16 activations) and the small forms for devices of
-//     less shared memory (chunk_small, chunk_split_small) against the 32-column blocks that prepare
+//   CudaChunkSplit.SameBytesInEveryForm: the 64- and 128-column blocks, the split form (a chunk's key
+//     side prepared once per value head, as records; U solved per block; bf16 activations) and the
+//     small forms for devices of less shared memory (chunk_small, chunk_split_small) against the
+//     32-column blocks that prepare
 //     each chunk themselves: outputs and pool bit for bit (the records hold the values the
 //     producers compute, and U is solved by the same products), V = 128 and 64, float32 and bf16
 //     state, a batch whose offsets decrease too. (With fp16 activations the split form's bytes
 //     differed from the producers' within the 16-bit tolerance, cause not located: fp16 keeps the
 //     producers.)
 //   CudaChunkSplitWaves.SameBytesAsTheProducers: the same for a batch of 4096 blocks, most of them
-//     not resident together.
+//     not resident together (the split form; the 128-column form's 1024 blocks).
 // Tolerance principle: the kernel takes its products in the activation dtype (16-bit inputs, float32
 // accumulation, as FLA's chunk kernel does), so every product carries a relative rounding of about
 // 2^-9 per input; the transition exp(g) (I - beta k k^T) has norm <= 1, so errors of one chunk are not
@@ -210,7 +212,7 @@ TEST_P(CudaChunkSplit, SameBytesInEveryForm) {
   for (const ChunkBatch* x : {&b, static_cast<const ChunkBatch*>(&d)}) {
     SCOPED_TRACE(x == &b ? "increasing offsets" : "decreasing offsets");
     const ChunkRun prod = run(Backend(Backend::kCUDA, Path::kChunk32), true, in, *x, pool0, c.layout, c.act);
-    for (Path form : {Path::kChunkSplit, Path::kChunkSmall, Path::kChunkSplitSmall}) {
+    for (Path form : {Path::kChunk64, Path::kChunk128, Path::kChunkSplit, Path::kChunkSmall, Path::kChunkSplitSmall}) {
       SCOPED_TRACE(cuda::plan::path_name(form));
       const ChunkRun got = run(Backend(Backend::kCUDA, form), true, in, *x, pool0, c.layout, c.act);
       EXPECT_EQ(byte_diff(got.o, prod.o), "") << "outputs";
@@ -232,9 +234,12 @@ TEST(CudaChunkSplitWaves, SameBytesAsTheProducers) {
   Buf pool0 = make_ssm_pool(DType::kFloat32, slots, HV, K, V, StateLayout::kVK);
   fill_normal(pool0, r, 0.3);
   const ChunkRun prod = run(Backend(Backend::kCUDA, Path::kChunk32), true, in, b, pool0, StateLayout::kVK, DType::kBFloat16);
-  const ChunkRun got = run(Backend(Backend::kCUDA, Path::kChunkSplit), true, in, b, pool0, StateLayout::kVK, DType::kBFloat16);
-  EXPECT_EQ(byte_diff(got.o, prod.o), "") << "outputs";
-  EXPECT_EQ(byte_diff(got.pool, prod.pool), "") << "states";
+  for (Path form : {Path::kChunkSplit, Path::kChunk128}) {
+    SCOPED_TRACE(cuda::plan::path_name(form));
+    const ChunkRun got = run(Backend(Backend::kCUDA, form), true, in, b, pool0, StateLayout::kVK, DType::kBFloat16);
+    EXPECT_EQ(byte_diff(got.o, prod.o), "") << "outputs";
+    EXPECT_EQ(byte_diff(got.pool, prod.pool), "") << "states";
+  }
 }
 
 std::vector<ChunkCase> cases() {
@@ -243,7 +248,8 @@ std::vector<ChunkCase> cases() {
     for (DType st : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
       for (StateLayout l : {StateLayout::kVK, StateLayout::kKV})
         for (int64_t ratio : {1, 2})
-          for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunkSplit, Path::kChunkSmall, Path::kChunkSplitSmall})
+          for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunk128, Path::kChunkSplit, Path::kChunkSmall,
+                         Path::kChunkSplitSmall})
             v.push_back({act, st, l, ratio, p});
   return v;
 }
@@ -254,7 +260,8 @@ std::vector<ChunkCase> form_cases() {
   std::vector<ChunkCase> v;
   for (DType act : {DType::kBFloat16, DType::kFloat16})
     for (DType st : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
-      for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunkSplit, Path::kChunkSmall, Path::kChunkSplitSmall})
+      for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunk128, Path::kChunkSplit, Path::kChunkSmall,
+                         Path::kChunkSplitSmall})
         v.push_back({act, st, StateLayout::kVK, 2, p});
   return v;
 }

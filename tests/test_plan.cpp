@@ -282,7 +282,8 @@ TEST(Plan, PathNamesRoundTrip) {
 
 // The recurrence's planner ignores the chunk kernel's paths (test_plan_chunk.cpp tests those).
 TEST(Plan, RecurrenceIgnoresChunkPaths) {
-  for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunkSplit, Path::kChunkSmall, Path::kChunkSplitSmall})
+  for (Path p : {Path::kChunk32, Path::kChunk64, Path::kChunk128, Path::kChunkSplit, Path::kChunkSmall,
+                 Path::kChunkSplitSmall})
     EXPECT_EQ(plan_launch(qwen(64, 1, 4, false), 9, FakeFacts(132), {p}).path,
               plan_launch(qwen(64, 1, 4, false), 9, FakeFacts(132)).path)
         << path_name(p);

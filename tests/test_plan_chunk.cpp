@@ -26,12 +26,14 @@ TEST(Plan, ChunkedOp) {
     return pl.chunk ? pl.vs : 0;  // 0: the recurrence
   };
   EXPECT_EQ(vs(chunk_of(1, 8192), 132), 32);   // 64 blocks of 64 columns: half the device
-  EXPECT_EQ(vs(chunk_of(2, 8192), 132), 32);   // 128 < 132
-  EXPECT_EQ(vs(chunk_of(3, 8192), 132), 64);   // 192
-  EXPECT_EQ(vs(chunk_of(2, 8192), 114), 64);   // 128 >= 114: the same waves on a smaller card
-  EXPECT_EQ(vs(chunk_of(64, 256), 132), 64);
-  EXPECT_EQ(vs(chunk_of(64, 256, 96), 132), 32);  // V not a multiple of 64
-  EXPECT_EQ(vs(chunk_of(64, 32), 132), 64);        // 32 tokens per sequence: prefill-like
+  EXPECT_EQ(vs(chunk_of(2, 8192), 132), 32);   // 128 < 132; 64 blocks of 128 columns < 67
+  EXPECT_EQ(vs(chunk_of(3, 8192), 132), 128);  // 96 blocks of 128 columns >= 67
+  EXPECT_EQ(vs(chunk_of(2, 8192), 114), 128);  // 64 >= 67 * 114 / 132: the same waves on a smaller card
+  EXPECT_EQ(vs(chunk_of(5, 8192, 64), 132), 64);  // V = 64: 160 blocks of 64 columns
+  EXPECT_EQ(vs(chunk_of(64, 256), 132), 128);
+  EXPECT_EQ(vs(chunk_of(64, 256, 96), 132), 32);   // V not a multiple of 64
+  EXPECT_EQ(vs(chunk_of(64, 256, 192), 132), 64);  // nor of 128
+  EXPECT_EQ(vs(chunk_of(64, 32), 132), 128);       // 32 tokens per sequence: prefill-like
   EXPECT_EQ(vs(chunk_of(64, 31), 132), 0);         // fewer: the recurrence
   EXPECT_EQ(vs(chunk_of(64, 1), 132), 0);
   EXPECT_EQ(vs(chunk_of(1, 8192, 128, false), 132), 0);  // the kernel cannot take it
@@ -39,13 +41,26 @@ TEST(Plan, ChunkedOp) {
   EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kChunk64}), 64);
   EXPECT_EQ(vs(chunk_of(64, 1), 132, {Path::kChunk32}), 32);
   EXPECT_EQ(vs(chunk_of(1, 8192, 96), 132, {Path::kChunk64}), 32);  // cannot: the other split
+  EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kChunk128}), 128);
+  EXPECT_EQ(vs(chunk_of(1, 8192, 192), 132, {Path::kChunk128}), 32);  // V not a multiple of 128
+  ChunkProblem no128 = chunk_of(1, 8192);
+  no128.vs128_fits = false;
+  EXPECT_EQ(vs(no128, 132, {Path::kChunk128}), 32);
+  no128.vs128_fits = true;
+  no128.full_fits = false;  // the small forms: 32 columns
+  EXPECT_EQ(vs(no128, 132, {Path::kChunk128}), 32);
   ChunkProblem small_smem = chunk_of(64, 256);
+  small_smem.vs128_fits = false;
+  EXPECT_EQ(vs(small_smem, 132), 64);
   small_smem.vs64_fits = false;
   EXPECT_EQ(vs(small_smem, 132), 32);
+  small_smem = chunk_of(64, 256);
+  small_smem.full_fits = false;  // the small forms: no 128-column form
+  EXPECT_EQ(vs(small_smem, 132), 64);
   ChunkProblem forms = chunk_of(64, 1);  // chunk_only: the chunk kernel whatever the batch
   forms.chunk_only = true;
-  EXPECT_EQ(vs(forms, 132), 64);
-  EXPECT_EQ(vs(forms, 132, {Path::kLean}), 64);
+  EXPECT_EQ(vs(forms, 132), 128);
+  EXPECT_EQ(vs(forms, 132, {Path::kLean}), 128);
   forms.chunk_ok = false;
   EXPECT_EQ(vs(forms, 132), 0);
   EXPECT_EQ(vs(chunk_of(1, 8192), 132, {Path::kLean}), 0);          // a recurrence path, forced
@@ -121,7 +136,7 @@ TEST(Plan, AttentionChunk) {
   EXPECT_TRUE(plan(1, 8192).chunk);
   EXPECT_EQ(plan(1, 8192).vs, 32);  // 64 blocks of 64 columns: half the device
   EXPECT_EQ(plan(1, 8192).from, from);
-  EXPECT_EQ(plan(8, 8192).vs, 64);
+  EXPECT_EQ(plan(8, 8192).vs, 128);
   EXPECT_TRUE(plan(1, from).chunk);
   EXPECT_FALSE(plan(1, from - 1).chunk);  // no prefill can reach the length
   EXPECT_FALSE(plan(0, 8192).chunk);      // decodes and verify only
@@ -140,10 +155,11 @@ TEST(Plan, AttentionChunk) {
   sp.chunk_ok = sp.split_ok = true;
   EXPECT_TRUE(plan_attention_chunk(sp, 9, 132).split);
   EXPECT_EQ(plan_attention_chunk(sp, 9, 132).vs, 32);
-  sp.prefills = 3;  // 384 blocks of 32 columns: three waves
+  sp.prefills = 2;  // 256 blocks of 32 columns: two waves
   EXPECT_TRUE(plan_attention_chunk(sp, 9, 132).split);
-  sp.prefills = 4;
+  sp.prefills = 3;
   EXPECT_FALSE(plan_attention_chunk(sp, 9, 132).split);
+  EXPECT_EQ(plan_attention_chunk(sp, 9, 132).vs, 128);
   sp.prefills = 8;
   EXPECT_FALSE(plan_attention_chunk(sp, 9, 132).split);
   EXPECT_TRUE(plan_attention_chunk(sp, 9, 132, {Path::kChunkSplit}).split);

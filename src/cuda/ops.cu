@@ -285,6 +285,7 @@ Status gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, void* stream, plan:
     const ChunkFit fit = chunk_fit(a.q.dtype, p.V, device_props(dev).smem_optin);
     cp.full_fits = fit.full;
     cp.vs64_fits = fit.vs64;
+    cp.vs128_fits = fit.vs128;
     cp.split_ok = fit.split;
     const plan::ChunkPlan pl = plan::plan_chunked(cp, major, sms, force);
     p.early_meta = a.metadata_ready_early && pdl_enabled();
@@ -372,6 +373,7 @@ Status gdn_attention(const GdnAttentionArgs& a, void* stream, plan::Override for
     const ChunkFit fit = chunk_fit(act, rp.V, device_props(dev).smem_optin);
     ap.full_fits = fit.full;
     ap.vs64_fits = fit.vs64;
+    ap.vs128_fits = fit.vs128;
     ap.split_ok = fit.split;
     const plan::AttentionChunkPlan chunk = plan::plan_attention_chunk(ap, major, sms, force);
     rp.early_meta = a.metadata_ready_early && pdl_enabled();

@@ -10,7 +10,8 @@
 // buffer: the groups take turns):
 //   producers (warps 0-3, chunk_prep.cuh): what does not depend on the state — gates, norms, P, L,
 //     T's blocks and [W | U] — for chunk c + 1 while
-//   consumers (warps 4-7, here): delta, o and the state update of chunk c, with H's slice in
+//   consumers (warps 4-7, here; VS = 128: warps 4-11, two per row index, one half of the columns
+//     each): delta, o and the state update of chunk c, with H's slice in
 //     registers (warp w: rows 32w..32w+31, mma accumulators) and its 16-bit copy in shared memory
 //     as the next chunk's operand; then they stage chunk c + 2's inputs into c's buffer (the raw q,
 //     k, v, a, b, stage_chunk; gdn_attention: q, k, v from conv_rows.cu's buffer), so that the producers,
@@ -39,8 +40,13 @@ namespace gdn::cuda::chunk {
 template <typename TAct, typename TState, typename L, bool kSplit>
 __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* smem, const SeqInfo& si, int h, int hv,
                                            int v0, TAct* o) {
-  constexpr int VS = L::kVS, kLdV = L::kLdV, kNV = VS / 8, kB = L::kBufs;  // kNV: value n-tiles of 8 columns
+  constexpr int VS = L::kVS, kLdV = L::kLdV, kB = L::kBufs;
+  // a consumer warp's columns: all VS, or (kWide) one half of 64; kNV: its value n-tiles of 8 columns
+  constexpr bool kWide = !kSplit && L::kWide;
+  constexpr int kCW = cons_warps(VS), kNV = (kWide ? 64 : VS) / 8;
+  constexpr int kPC = kGroupThreads + 32 * kCW;  // producers (or the split form's solvers) and consumers
   static_assert(VS % 16 == 0, "pairs of value n-tiles");
+  static_assert(!kSplit || kCW == 4, "the split form: four consumer warps");
   TAct* s16 = reinterpret_cast<TAct*>(smem);
   float* sf = reinterpret_cast<float*>(smem + static_cast<size_t>(L::k16) * 2);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -87,23 +93,27 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
       head_decay(p, p.gates, hv, A, dtb);
       for (int64_t ci = 0; ci < nchunks; ++ci) {
         const int buf = buf_of(ci);
-        mma::bar_sync(kEmpty + buf, kThreads);  // the consumers staged chunk ci into buf
+        mma::bar_sync(kEmpty + buf, kPC);  // the consumers staged chunk ci into buf
         prep_chunk<TAct, L>(p, smem, buf, chunk_len(ci), A, dtb, warp, lane, tid);
-        mma::bar_arrive(kFull + buf, kThreads);
+        mma::bar_arrive(kFull + buf, kPC);
       }
     }
     return;
   }
-  // Consumers: chunk ci's inputs into buffer buf_of(ci), for the producers (split: the producers load
-  // it, the consumers only release the buffer).
+  // Consumers: warp w owns token rows 16 w.. of a chunk and rows 32 w.. of H, over the columns vh..
+  // (kWide: the warps 4 apart share their rows, one half of the columns each).
+  const int w = (warp - 4) & 3, vh = kWide ? 64 * ((warp - 4) >> 2) : 0;
+  // Consumers: chunk ci's inputs into buffer buf_of(ci), for the producers (kWide: warps 4-7 stage;
+  // split: the producers load it, the consumers only release the buffer).
   auto stage = [&](int64_t ci) {
-    if constexpr (!kSplit)
-      stage_chunk<TAct, L>(p, src, smem, buf_of(ci), lt_begin + ci * kC, chunk_len(ci), tid - kGroupThreads, kCons);
-    mma::bar_arrive(kEmpty + buf_of(ci), kThreads);
+    if constexpr (!kSplit) {
+      if (!kWide || vh == 0)
+        stage_chunk<TAct, L>(p, src, smem, buf_of(ci), lt_begin + ci * kC, chunk_len(ci), tid - kGroupThreads,
+                             kWide ? kStage : kCons);
+    }
+    mma::bar_arrive(kEmpty + buf_of(ci), kPC);
   };
 
-  // Consumers: warp w owns token rows 16 w.. of a chunk and rows 32 w.. of H.
-  const int w = warp - 4;
   const int gq = lane >> 2, cq = 2 * (lane & 3);
   TAct *sDel = s16 + L::kDel, *sDd = s16 + L::kDd, *sS = s16 + L::kS;
   float hacc[2][kNV][4];  // H rows kr = 32 w + 16 mt + gq (+8), columns 8 nt + cq (+1) of the slice
@@ -117,7 +127,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
     for (int nt = 0; nt < kNV; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int kr = 32 * w + 16 * mt + gq + 8 * (e >> 1), vc = 8 * nt + cq + (e & 1);
+        const int kr = 32 * w + 16 * mt + gq + 8 * (e >> 1), vc = vh + 8 * nt + cq + (e & 1);
         hacc[mt][nt][e] = si.init ? to_float(st[state_at(kr, vc)]) : 0.f;
       }
   auto store_h16 = [&]() {
@@ -125,7 +135,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int nt = 0; nt < kNV; ++nt) {
-        const int kr = 32 * w + 16 * mt + gq, vc = 8 * nt + cq;
+        const int kr = 32 * w + 16 * mt + gq, vc = vh + 8 * nt + cq;
         st2(sS + kr * kLdV + vc, hacc[mt][nt][0], hacc[mt][nt][1]);
         st2(sS + (kr + 8) * kLdV + vc, hacc[mt][nt][2], hacc[mt][nt][3]);
       }
@@ -142,7 +152,11 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
     const TAct* sP = s16 + L::kP + buf * kC * kLdL;
     const ChunkVecs cv = chunk_vecs(sf + L::kVec, buf);
     const int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
-    mma::bar_sync(kFull + buf, kThreads);  // the chunk's inputs, and every consumer's H copy
+    // delta and its scaled copy (kWide: over U and W of the buffer), this warp's columns
+    TAct* const dl = (kWide ? const_cast<TAct*>(sU) : sDel) + vh;
+    TAct* const dd = (kWide ? const_cast<TAct*>(sW) : sDd) + vh;
+    constexpr int kLdDd = kWide ? kLdK : kLdV;
+    mma::bar_sync(kFull + buf, kPC);  // the chunk's inputs, and every consumer's H copy
     // delta = U - W H and the inter-chunk output q^ H (scaled by exp(G) below), this warp's rows.
     const int ri = 16 * w + gq;  // rows ri and ri + 8
     float accd[kNV][4], acco[kNV][4];
@@ -150,7 +164,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
     for (int nt = 0; nt < kNV; ++nt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint32_t u = *reinterpret_cast<const uint32_t*>(sU + (ri + 8 * r) * kLdV + 8 * nt + cq);
+        const uint32_t u = *reinterpret_cast<const uint32_t*>(sU + (ri + 8 * r) * kLdV + vh + 8 * nt + cq);
         const TAct* e = reinterpret_cast<const TAct*>(&u);
         accd[nt][2 * r] = to_float(e[0]);
         accd[nt][2 * r + 1] = to_float(e[1]);
@@ -165,7 +179,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
 #pragma unroll
       for (int np = 0; np < kNV / 2; ++np) {
         uint32_t b[4];
-        mma::ldsm4_t(b, mma::b_pair(sS, kLdV, 16 * kt, 16 * np, lane));
+        mma::ldsm4_t(b, mma::b_pair(sS, kLdV, 16 * kt, vh + 16 * np, lane));
         mma::mma16816<TAct>(accd[2 * np], aw, b[0], b[1]);
         mma::mma16816<TAct>(accd[2 * np + 1], aw, b[2], b[3]);
         mma::mma16816<TAct>(acco[2 * np], aq, b[0], b[1]);
@@ -173,6 +187,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
       }
     }
     const float Gl = cv.G[kC - 1];
+    if constexpr (kWide) mma::bar_sync(kPair + w, 64);  // both warps of these rows have read W's
     {
       float oi[2], di[2];
 #pragma unroll
@@ -188,12 +203,12 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
         for (int r = 0; r < 2; ++r) {
           acco[nt][2 * r] *= oi[r];
           acco[nt][2 * r + 1] *= oi[r];
-          st2(sDel + (ri + 8 * r) * kLdV + c, accd[nt][2 * r], accd[nt][2 * r + 1]);
-          st2(sDd + (ri + 8 * r) * kLdV + c, accd[nt][2 * r] * di[r], accd[nt][2 * r + 1] * di[r]);
+          st2(dl + (ri + 8 * r) * kLdV + c, accd[nt][2 * r], accd[nt][2 * r + 1]);
+          st2(dd + (ri + 8 * r) * kLdDd + c, accd[nt][2 * r] * di[r], accd[nt][2 * r + 1] * di[r]);
         }
       }
     }
-    mma::bar_sync(kCons, kGroupThreads);  // every row of delta; every read of the old H copy done
+    mma::bar_sync(kCons, 32 * kCW);  // every row of delta; every read of the old H copy done
 
     // o += P delta (token blocks up to this warp's), stored.
 #pragma unroll
@@ -204,7 +219,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
 #pragma unroll
         for (int np = 0; np < kNV / 2; ++np) {
           uint32_t b[4];
-          mma::ldsm4_t(b, mma::b_pair(sDel, kLdV, 16 * kt, 16 * np, lane));
+          mma::ldsm4_t(b, mma::b_pair(dl, kLdV, 16 * kt, 16 * np, lane));
           mma::mma16816<TAct>(acco[2 * np], pf, b[0], b[1]);
           mma::mma16816<TAct>(acco[2 * np + 1], pf, b[2], b[3]);
         }
@@ -215,7 +230,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
       if (t < n) {
         TAct* orow = o + (p.fused ? crow[t] : lt_begin + ci * kC + t) * p.o_rs;
 #pragma unroll
-        for (int nt = 0; nt < kNV; ++nt) st2(orow + 8 * nt + cq, acco[nt][2 * r], acco[nt][2 * r + 1]);
+        for (int nt = 0; nt < kNV; ++nt) st2(orow + vh + 8 * nt + cq, acco[nt][2 * r], acco[nt][2 * r + 1]);
       }
     }
     // H = exp(G_last) H + k^T (diag(exp(G_last - G) / |k|) delta), this warp's rows; its 16-bit copy.
@@ -235,7 +250,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
 #pragma unroll
         for (int np = 0; np < kNV / 2; ++np) {
           uint32_t b[4];
-          mma::ldsm4_t(b, mma::b_pair(sDd, kLdV, 16 * kt, 16 * np, lane));
+          mma::ldsm4_t(b, mma::b_pair(dd, kLdDd, 16 * kt, 16 * np, lane));
           mma::mma16816<TAct>(hacc[mt][2 * np], a, b[0], b[1]);
           mma::mma16816<TAct>(hacc[mt][2 * np + 1], a, b[2], b[3]);
         }
@@ -249,7 +264,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
   for (int64_t ci = -kB; ci < nchunks; ++ci) {
     if (ci >= 0) consume(ci);
     if (ci + kB < nchunks) {
-      if (!kSplit && ci >= 0) mma::bar_sync(kCons, kGroupThreads);
+      if (!kSplit && ci >= 0) mma::bar_sync(kCons, 32 * kCW);
       stage(ci + kB);
     }
   }
@@ -261,7 +276,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
     for (int nt = 0; nt < kNV; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int kr = 32 * w + 16 * mt + gq + 8 * (e >> 1), vc = 8 * nt + cq + (e & 1);
+        const int kr = 32 * w + 16 * mt + gq + 8 * (e >> 1), vc = vh + 8 * nt + cq + (e & 1);
         st[state_at(kr, vc)] = from_float<TState>(hacc[mt][nt][e]);
       }
 }
@@ -275,7 +290,7 @@ using ProducerLayout = Layout<VS, kSmall ? 1 : 2>;
 template <int VS, bool kSmall>
 using LoadLayout = SplitLayout<VS, kSmall ? 2 : 3>;
 template <typename TAct, typename TState, int VS, bool kSplit, bool kSmall>
-__global__ void __launch_bounds__(block_threads(kSplit), 1) chunk_kernel(const ChunkParams p) {
+__global__ void __launch_bounds__(block_threads(kSplit, VS), 1) chunk_kernel(const ChunkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x;
   const int v0 = blockIdx.x * VS, hv = blockIdx.y, h = hv / p.r;

@@ -12,7 +12,7 @@ namespace gdn::cuda {
 // chunk_from tokens (when the offsets never decrease), the rest being the step's.
 struct ChunkParams : RecurrentParams {
   bool fused = false;
-  int vs = 64;  // value columns per block (the planner's choice: chunk_value_split)
+  int vs = 64;  // value columns per block: 32, 64 or 128 (the planner's choice, plan_chunked)
   // Split form (the planner's, where few blocks walk long sequences): a prep kernel, parallel over
   // (chunk, value head), writes what the producers would compute for the key side into `prep`
   // (device memory of chunk_prep_bytes: records [HV][prep_rows] of chunk_record_bytes each, then
@@ -41,16 +41,17 @@ constexpr int64_t chunk_prep_bytes(int64_t rows, int64_t nseq, int64_t HV, int64
 }
 // What of the chunk kernel fits a device of smem_optin bytes of opt-in shared memory per block, for
 // activations act and V value columns: any form (the small forms of 32 columns), the full forms
-// (else ChunkParams::small), 64-column blocks (in the forms that fit), and the split form: bfloat16
+// (else ChunkParams::small), 64-column blocks (in the forms that fit), 128-column blocks (a full
+// form only), and the split form: bfloat16
 // activations (with float16 its outputs differ from the producers' in some bytes, within the 16-bit
 // tolerance; not explained yet, so float16 keeps the producers), V = 64 or 128 (the widths its
 // tests cover), its shared memory.
 struct ChunkFit {
-  bool any = false, full = false, vs64 = false, split = false;
+  bool any = false, full = false, vs64 = false, vs128 = false, split = false;
 };
 ChunkFit chunk_fit(DType act, int64_t V, size_t smem_optin);
 
-// The launch for p (vs 32 or 64); the caller has checked that the kernel takes the problem (ops.cu,
+// The launch for p (vs 32, 64 or 128); the caller has checked that the kernel takes the problem (ops.cu,
 // chunk_ok: K = 128, V a multiple of vs, 16-bit q/k/v/o with 16-byte aligned rows, sm_80+).
 
 template <typename TAct, typename TState>

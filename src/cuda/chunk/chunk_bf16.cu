@@ -8,6 +8,7 @@ ChunkFit chunk_fit(DType act, int64_t V, size_t smem_optin) {
   // the split instance's bytes include its producers' layout: both full 32-column forms
   f.full = smem_optin >= chunk_kernel_bytes<32, true, false>();
   f.vs64 = smem_optin >= (f.full ? chunk_kernel_bytes<64, false, false>() : chunk_kernel_bytes<64, false, true>());
+  f.vs128 = f.full && smem_optin >= chunk_kernel_bytes<128, false, false>();
   // the prep kernel's bytes are below either split instance's, so the instance's test covers both
   static_assert(chunk::PrepLayout::kBytes <= chunk_kernel_bytes<32, true, true>(),
                 "the prep kernel fits where the split form does");

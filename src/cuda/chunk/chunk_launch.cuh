@@ -23,7 +23,7 @@ Status launch_chunk_vs(const ChunkParams& p, cudaStream_t stream) {
   auto kernel = chunk::chunk_kernel<TAct, TState, VS, kSplit, kSmall>;
   GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
   const dim3 grid(static_cast<unsigned>(p.V / VS), static_cast<unsigned>(p.HV), static_cast<unsigned>(p.group[0].n));
-  return Launch(grid, dim3(chunk::block_threads(kSplit)), kBytes, stream)(kernel, p);
+  return Launch(grid, dim3(chunk::block_threads(kSplit, VS)), kBytes, stream)(kernel, p);
 }
 
 // The split form's prep kernel.
@@ -45,6 +45,9 @@ Status launch_chunk_forms(const ChunkParams& p, cudaStream_t stream) {
       if (!st.ok()) return st;
       return launch_chunk_vs<TAct, TState, 32, true, kSmall>(p, stream);
     }
+  }
+  if constexpr (!kSmall) {  // (the 128-column form: two buffers only)
+    if (p.vs == 128) return launch_chunk_vs<TAct, TState, 128, false, false>(p, stream);
   }
   return p.vs == 64 ? launch_chunk_vs<TAct, TState, 64, false, kSmall>(p, stream)
                     : launch_chunk_vs<TAct, TState, 32, false, kSmall>(p, stream);

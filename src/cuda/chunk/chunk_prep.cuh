@@ -310,9 +310,9 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
           mma::mma16816<TAct>(acc[jj], am, by[0], by[1]);
         }
       }
-    // Overlaid, Y_b goes where the warp's lanes read X_b: every lane's reads are done first (the mma
-    // results already depend on them; the warp barrier says so to the race checker).
-    if constexpr (kOver) __syncwarp();
+    // Overlaid (or U over v), Y_b goes where the warp's lanes read X_b: every lane's reads are done
+    // first (the mma results already depend on them; the warp barrier says so to the race checker).
+    if constexpr (kOver || L::kU == L::kV) __syncwarp();
 #pragma unroll
     for (int jj = 0; jj < kNTW; ++jj) {
       const int t = w * kNTW + jj;

@@ -9,35 +9,43 @@ namespace gdn::cuda::chunk {
 constexpr int kC = 64, kK = 128;
 constexpr int kGroupThreads = 128, kThreads = 2 * kGroupThreads;  // producer warps 0-3, consumer warps 4-7
 constexpr int kSplitThreads = 3 * kGroupThreads;                     // the split form: solver warps 8-11
+// Consumer warps of a block of VS value columns: four, each 16 token rows and 32 rows of H over
+// all the columns; eight where VS = 128 (warps 4-7 the columns 0-63, warps 8-11 the columns 64-127).
+constexpr int cons_warps(int vs) { return vs > 64 ? 8 : 4; }
 // A block's threads: the split form's instance has the solvers too.
-constexpr int block_threads(bool split) { return split ? kSplitThreads : kThreads; }
+constexpr int block_threads(bool split, int vs) { return split ? kSplitThreads : kGroupThreads + 32 * cons_warps(vs); }
 constexpr int kLdK = kK + 8;  // row stride (elements) of the q, k and W tiles: conflict-free ldmatrix
 constexpr int kLdL = kC + 8;  // of the 16-bit L and P
 constexpr int kLdB = 16 + 8;  // of the 16 x 16 blocks D and M
 // Named barriers: a buffer's inputs are ready (kFull + buf: producers, or the split form's solvers,
 // and consumers) / consumed (kEmpty + buf: consumers and producers), up to three buffers; within the
 // producer group, within the consumer group; the split form's loads of a buffer landed (kLanded +
-// buf: producers and solvers).
-constexpr int kFull = 1, kEmpty = 4, kProd = 7, kCons = 8, kLanded = 9;
+// buf: producers and solvers). The 128-column form (no solvers): its staging consumers (warps 4-7)
+// among themselves at kStage, and the two consumer warps of token rows 16 w at kPair + w.
+constexpr int kFull = 1, kEmpty = 4, kProd = 7, kCons = 8, kLanded = 9, kStage = 9, kPair = 12;
 
 // Shared memory of the chunk kernel whose producers compute (chunk_prep.cuh): 16-bit tiles (element
 // offsets), then floats. kBufs: one buffer per chunk in flight (two; one in the small form, for
 // devices of less shared memory, where producers and consumers take turns), and the consumers'
 // tiles. The split form's: SplitLayout below; the prep kernel's: PrepLayout (chunk_prep_layout.cuh).
+// The 128-column form (kWide) keeps its tiles in place to fit: U over v (the producers solve in
+// place), delta over U and diag(exp(G_last - G) / |k|) delta over W (the consumers, once the rows
+// they overwrite are read), so no tiles of delta.
 template <int VS, int B = 2>
 struct Layout {
   static constexpr int kVS = VS, kBufs = B;
+  static constexpr bool kWide = VS > 64;
   static constexpr int kLdV = VS + 8;
   static constexpr int kQ = 0;                            // [kBufs][kC][kLdK] raw q
   static constexpr int kKr = kQ + kBufs * kC * kLdK;      // [kBufs][kC][kLdK] raw k
   static constexpr int kV = kKr + kBufs * kC * kLdK;      // [kBufs][kC][kLdV] raw v (the block's columns)
   static constexpr int kVEnd = kV + kBufs * kC * kLdV;
   static constexpr int kW = kVEnd;                        // [kBufs][kC][kLdK] W
-  static constexpr int kU = kW + kBufs * kC * kLdK;       // [kBufs][kC][kLdV] U
-  static constexpr int kP = kU + kBufs * kC * kLdV;       // [kBufs][kC][kLdL] P = (q^ k^T o exp(G_i - G_j), j <= i)
-  static constexpr int kDel = kP + kBufs * kC * kLdL;     // [kC][kLdV] delta (consumers)
-  static constexpr int kDd = kDel + kC * kLdV;            // [kC][kLdV] diag(exp(G_last - G) / |k|) delta (consumers)
-  static constexpr int kS = kDd + kC * kLdV;              // [kK][kLdV] H, 16-bit (consumers)
+  static constexpr int kU = kWide ? kV : kW + kBufs * kC * kLdK;  // [kBufs][kC][kLdV] U
+  static constexpr int kP = kW + kBufs * kC * kLdK + (kWide ? 0 : kBufs * kC * kLdV);  // [kBufs][kC][kLdL] P = (q^ k^T o exp(G_i - G_j), j <= i)
+  static constexpr int kDel = kP + kBufs * kC * kLdL;     // [kC][kLdV] delta (consumers; kWide: none)
+  static constexpr int kDd = kDel + (kWide ? 0 : kC * kLdV);  // [kC][kLdV] diag(exp(G_last - G) / |k|) delta (consumers; kWide: none)
+  static constexpr int kS = kDd + (kWide ? 0 : kC * kLdV);    // [kK][kLdV] H, 16-bit (consumers)
   static constexpr int kLb = kS + kK * kLdV;              // [kC][kLdL] L below the diagonal blocks, 16-bit (producers)
   static constexpr int kDk = kLb + kC * kLdL;             // [4][16][kLdB] D_b diag(beta exp(G) / |k|)
   static constexpr int kDv = kDk + 4 * 16 * kLdB;         // [4][16][kLdB] D_b diag(beta)
@@ -61,6 +69,7 @@ struct Layout {
 template <int VS, int B = 3>
 struct SplitLayout {
   static constexpr int kVS = VS, kBufs = B;
+  static constexpr bool kWide = false;
   static constexpr int kLdV = VS + 8;
   static constexpr int kQ = 0;                            // [kBufs][kC][kLdK] raw q
   static constexpr int kKr = kQ + kBufs * kC * kLdK;      // [kBufs][kC][kLdK] raw k

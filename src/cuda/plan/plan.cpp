@@ -10,7 +10,7 @@ constexpr const char* kNames[] = {"auto", "lean", "lean_more", "lean_staged",
                                   "pipelined", "register_small", "register_mid", "register_large",
                                   "packed", "deferred", "deferred_small", "deferred_lean",
                                   "deferred_lean8", "deferred_lean16", "deferred_lean_alg", "chunk_vs32",
-                                  "chunk_vs64", "chunk_split", "chunk_small", "chunk_split_small",
+                                  "chunk_vs64", "chunk_vs128", "chunk_split", "chunk_small", "chunk_split_small",
                                   "step_pipelined", "step_pipelined_prologue", "step_cluster", "step_cluster_lean",
                                   "step_two_launches"};
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(Path::kCount), "a name per path");
@@ -211,7 +211,7 @@ bool parse_path(const char* s, Path* out) {
 
 bool is_step_path(Path p) { return p >= Path::kStepPipelined && p < Path::kCount; }
 bool is_chunk_path(Path p) {
-  return p == Path::kChunk32 || p == Path::kChunk64 || p == Path::kChunkSplit || p == Path::kChunkSmall ||
+  return p == Path::kChunk32 || p == Path::kChunk64 || p == Path::kChunk128 || p == Path::kChunkSplit || p == Path::kChunkSmall ||
          p == Path::kChunkSplitSmall;
 }
 bool is_deferred_path(Path p) {
@@ -267,12 +267,14 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
   if (!p.chunk_ok || p.nseq <= 0) return pl;
   const Tuning& t = tuning_for(cc_major);
   const bool vs64_ok = p.V % 64 == 0 && p.vs64_fits;
+  const bool vs128_ok = p.V % 128 == 0 && p.vs128_fits && p.full_fits;
   pl.small = !p.full_fits;
   if (is_chunk_path(force.path)) {
     pl.chunk = true;
     pl.split = (force.path == Path::kChunkSplit || force.path == Path::kChunkSplitSmall) && p.split_ok;
     pl.small = pl.small || force.path == Path::kChunkSmall || force.path == Path::kChunkSplitSmall;
     pl.vs = force.path == Path::kChunk64 && vs64_ok ? 64 : 32;
+    if (force.path == Path::kChunk128 && vs128_ok && !pl.small) pl.vs = 128;
     return pl;
   }
   if (!p.chunk_only) {
@@ -287,6 +289,7 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
   // at 1 x 8192, 4 x 8192 and 64 x 256).
   pl.split = p.split_ok && (!p.full_fits || at_most(p.nseq * p.HV * (p.V / 32), t.chunk_split_blocks, t, n_sms));
   pl.vs = !pl.split && vs64_ok && at_least(p.nseq * p.HV * (p.V / 64), t.chunk_vs64_blocks, t, n_sms) ? 64 : 32;
+  if (!pl.split && vs128_ok && at_least(p.nseq * p.HV * (p.V / 128), t.chunk_vs128_blocks, t, n_sms)) pl.vs = 128;
   return pl;
 }
 
@@ -302,6 +305,7 @@ AttentionChunkPlan plan_attention_chunk(const AttentionChunkProblem& p, int cc_m
   cp.V = p.V;
   cp.chunk_ok = true;
   cp.vs64_fits = p.vs64_fits;
+  cp.vs128_fits = p.vs128_fits;
   cp.split_ok = p.split_ok;
   cp.full_fits = p.full_fits;
   cp.chunk_only = true;  // the length test is the device's, per sequence

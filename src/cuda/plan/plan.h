@@ -45,6 +45,7 @@ enum class Path : uint8_t {
   // the chunked op's chunk kernel, by value columns per block
   kChunk32,
   kChunk64,
+  kChunk128,  // eight consumer warps over the value head's 128 columns (V a multiple of 128)
   kChunkSplit,  // the split form: prep kernel, then 32-column blocks that only load its records
   kChunkSmall,       // forced only: the producers' form of one buffer, 32 columns (ChunkParams::small)
   kChunkSplitSmall,  // forced only: the split form of two buffers
@@ -136,12 +137,14 @@ Plan plan_launch(const Problem& p, int cc_major, const Facts& facts, Override fo
 
 // The chunked op: the chunk kernel where it can run and the batch is prefill-like (at least
 // chunk_min_tokens tokens per sequence on average), else the recurrence (plan_launch). vs: value
-// columns per block, 64 once the blocks of that split fill the device, else 32 (more blocks).
+// columns per block, 128 once those blocks fill more than half the device (chunk_vs128_blocks), else
+// 64 once the blocks of that split fill it, else 32 (more blocks).
 struct ChunkProblem {
   int64_t nseq = 0, tokens = 0;
   int HV = 0, V = 0;
   bool chunk_ok = false;  // K = 128, V a multiple of 32, 16-bit aligned activations, sm_80+, shared memory
-  bool vs64_fits = true;  // the 64-column block's shared memory fits the device
+  bool vs64_fits = true;   // the 64-column block's shared memory fits the device
+  bool vs128_fits = true;  // the 128-column block's (a full form only)
   bool chunk_only = false;  // the chunk kernel whatever the batch (gdn_attention: the device tests the lengths)
   bool split_ok = false;    // the prep kernel takes V and fits the device (chunk_fit)
   bool full_fits = true;    // the forms of two (split: three) buffers fit the device, else the small forms
@@ -167,6 +170,7 @@ struct AttentionChunkProblem {
   int HV = 0, V = 0;
   bool chunk_ok = false;  // as ChunkProblem, for the projections, the conv pool and core_attn_out
   bool vs64_fits = true;
+  bool vs128_fits = true;
   bool split_ok = false;
   bool full_fits = true;
 };

@@ -44,9 +44,14 @@ struct Tuning {
   // The chunked op.
   int chunk_min_tokens;   // the chunk kernel from this many tokens per sequence (on average)
   int chunk_vs64_blocks;  // 64 value columns per block from this many such blocks
-  // The split form (prep kernel first) up to this many 32-column blocks: three waves of one block
-  // per SM (H100, Qwen3-Next TP1: the split form 0.57-0.83x the other forms' time at 2-3 sequences,
-  // 1.05-1.07x at 4 x 4096, 4 x 8192 and 8 x 2048, where the 64-column form fills two waves).
+  // 128 value columns per block (V a multiple of 128) from this many such blocks: more than half a
+  // wave, where the 64-column blocks need more than one (H100, Qwen3-Next TP1: 0.61-0.66x the
+  // 64-column form's time at 4 x 8192, 8 x 2048, 32 x 8192 and 64 x 256, one block per SM in both;
+  // a chunk's chain ~1.17x the 64-column block's, so below, fewer waves of those win).
+  int chunk_vs128_blocks;
+  // The split form (prep kernel first) up to this many 32-column blocks: two waves of one block per
+  // SM (H100, Qwen3-Next TP1: 1 x 8192 and 2 x 8192 0.41x and 0.80x the 128-column form's time; at
+  // three sequences the 128-column form's one wave, ~0.9 ms, is below the split form's 1.05 ms).
   int chunk_split_blocks;
 };
 
@@ -74,7 +79,8 @@ inline constexpr Tuning kSm90 = {
     /*deferred_lean16_warps=*/2048,
     /*chunk_min_tokens=*/32,
     /*chunk_vs64_blocks=*/132,
-    /*chunk_split_blocks=*/396,
+    /*chunk_vs128_blocks=*/67,
+    /*chunk_split_blocks=*/264,
 };
 
 inline const Tuning& tuning_for(int /*cc_major*/) { return kSm90; }
