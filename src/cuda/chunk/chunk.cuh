@@ -64,7 +64,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
         mma::bar_sync(kLanded + buf_of(cj), kThreads);
         finish_chunk<L>(smem, buf_of(cj), chunk_len(cj), tid - 2 * kGroupThreads);
         solve_u<TAct, L>(smem, a, buf_of(cj), warp - 8, lane);
-        mma::bar_arrive(kFull + buf_of(cj), kThreads);
+        mma::bar_arrive(kFull + buf_of(cj), kPC);
       }
       return;
     }
@@ -82,7 +82,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
           mma::bar_arrive(kLanded + buf_of(cj), kThreads);
         }
         if (ci < nchunks) {
-          mma::bar_sync(kEmpty + buf_of(ci), kThreads);
+          mma::bar_sync(kEmpty + buf_of(ci), kPC);
           issue_chunk<TAct, L>(p, src, smem, buf_of(ci), lt_begin + ci * kC, chunk_len(ci), hv, tid);
         } else {
           mma::cp_async_commit();  // an empty group: one group per iteration, as the wait counts
@@ -147,14 +147,14 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
     const int buf = buf_of(ci), n = chunk_len(ci);
     const TAct* cqp = s16 + L::kQ + buf * kC * kLdK;
     const TAct* ckp = s16 + L::kKr + buf * kC * kLdK;
-    const TAct* sW = s16 + L::kW + buf * kC * kLdK;
-    const TAct* sU = s16 + L::kU + buf * kC * kLdV;
+    TAct* const sW = s16 + L::kW + buf * kC * kLdK;
+    TAct* const sU = s16 + L::kU + buf * kC * kLdV;
     const TAct* sP = s16 + L::kP + buf * kC * kLdL;
     const ChunkVecs cv = chunk_vecs(sf + L::kVec, buf);
     const int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
     // delta and its scaled copy (kWide: over U and W of the buffer), this warp's columns
-    TAct* const dl = (kWide ? const_cast<TAct*>(sU) : sDel) + vh;
-    TAct* const dd = (kWide ? const_cast<TAct*>(sW) : sDd) + vh;
+    TAct* const dl = (kWide ? sU : sDel) + vh;
+    TAct* const dd = (kWide ? sW : sDd) + vh;
     constexpr int kLdDd = kWide ? kLdK : kLdV;
     mma::bar_sync(kFull + buf, kPC);  // the chunk's inputs, and every consumer's H copy
     // delta = U - W H and the inter-chunk output q^ H (scaled by exp(G) below), this warp's rows.

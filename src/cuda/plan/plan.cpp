@@ -274,7 +274,7 @@ ChunkPlan plan_chunked(const ChunkProblem& p, int cc_major, int sms, Override fo
     pl.split = (force.path == Path::kChunkSplit || force.path == Path::kChunkSplitSmall) && p.split_ok;
     pl.small = pl.small || force.path == Path::kChunkSmall || force.path == Path::kChunkSplitSmall;
     pl.vs = force.path == Path::kChunk64 && vs64_ok ? 64 : 32;
-    if (force.path == Path::kChunk128 && vs128_ok && !pl.small) pl.vs = 128;
+    if (force.path == Path::kChunk128 && vs128_ok) pl.vs = 128;  // (vs128_ok: a full form)
     return pl;
   }
   if (!p.chunk_only) {
