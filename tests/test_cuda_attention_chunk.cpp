@@ -25,6 +25,10 @@
 //     over them), the split form forced: against the same call in the step (two launches), both on
 //     CUDA: outputs of the last 8192 tokens and the final state within rel L2 1e-2, the conv pool
 //     and z bit for bit.
+//   CudaAttentionChunkZ.GroupWithoutRemap: the non-spec group without a remap (its local tokens are
+//     rows 0..), verify sequences on the rows after it and rows of no sequence below
+//     num_actual_tokens (their z still copied): every chunk form and the planner's, z rows on and
+//     off 16 bytes, both projection layouts; against the CPU as above.
 //   CudaAttentionChunkZ.RowsOffSixteenBytesCopyElementwise: z with rows 16-byte aligned (the conv
 //     kernel's vector copy) and with a row stride of HV V + 1 elements (its element copy), bf16 and
 //     f32 activations, both projection layouts, the planner's path and the step as two launches: z
@@ -330,6 +334,52 @@ TEST(CudaAttentionChunkZ, RowsOffSixteenBytesCopyElementwise) {
       }
     }
   }
+}
+
+// The non-spec group without a remap (its local tokens are the rows 0..): prefills of 1, 31, 32, 65
+// (padding), 129 (null slot), 300 and 1000 tokens and decodes on rows 0.., verify sequences on the
+// rows after them, three rows of no sequence below num_actual_tokens and graph-padded rows; the
+// planner's path and every chunk form forced; z rows on 16 bytes and off them; both projection
+// layouts. Against the CPU (expect_like_cpu: z bit for bit, rows of no sequence included,
+// graph-padded rows untouched).
+TEST(CudaAttentionChunkZ, GroupWithoutRemap) {
+  PROP_SKIP_IF_UNAVAILABLE(Backend(Backend::kCUDA));
+  for (Path path : {Path::kAuto, Path::kChunk32, Path::kChunk64, Path::kChunk128, Path::kChunkSplit,
+                    Path::kChunkSmall, Path::kChunkSplitSmall})
+    for (int64_t extra : {0, 1})
+      for (bool reorder : {false, true}) {
+        const Backend gpu(Backend::kCUDA, path);
+        SCOPED_TRACE(::testing::Message() << cuda::plan::path_name(path) << ", z row stride HV V + " << extra
+                                          << (reorder ? ", [q|k|v|z] rows" : ""));
+        Rng r(77);
+        AttnProblem p;
+        p.H = 1; p.HV = 2; p.K = 128; p.V = 128; p.W = 4; p.cols = 3;
+        p.reorder = reorder;
+        p.act = DType::kBFloat16;
+        p.ssm_dtype = DType::kFloat32;
+        MixOptions m;
+        m.prefill_lens = {1, 31, 32, 65, 129, 300, 1000};
+        m.n_spec = 2;
+        m.interleave = false;  // group 0 on rows 0.., the verify sequences after it
+        make_mixed_batch(p, r, m);
+        p.identity_ns = true;
+        int64_t null_slot = -1;
+        for (AttnSeq& s : p.seqs) {
+          if (s.spec) continue;
+          if (s.rows.size() == 65) s.slot = -1;
+          if (s.rows.size() == 129) null_slot = s.slot;
+        }
+        p.null_id = null_slot;
+        p.num_actual += 3;  // rows of no sequence: z still copied
+        p.rows_alloc += 3;
+        build_meta(p);
+        fill_attention_data(p, r);
+        const int64_t zs = p.HV * p.V + extra;
+        const AttnRun c = run_copy(gpu, p, 1, zs), cpu = run_copy(Backend::kCPU, p, 1, zs);
+        PROP_ASSERT_OK(c.st);
+        PROP_ASSERT_OK(cpu.st);
+        expect_like_cpu(c.p, c.core, c.z, cpu.p, cpu.core, cpu.z);
+      }
 }
 
 }  // namespace

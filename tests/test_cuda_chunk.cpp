@@ -4,12 +4,13 @@
 //     empty sequence, a padding sequence (slot -1) and a sequence on the null slot; initial states
 //     for every other sequence; "vk" and "kv" pools with a padded slot stride; head ratio 1 and 2;
 //     the three value splits (chunk_vs32, chunk_vs64, chunk_vs128: eight consumer warps over
-//     V = 128, the 64-column blocks where V = 64), the split form and the small forms (chunk_split,
+//     V = 128, its cases at V = 128 for both head ratios), the split form and the small forms (chunk_split,
 //     chunk_small, chunk_split_small); bf16 and fp16 activations; float32, bf16 and fp16
 //     state. Outputs and final states per sequence against the CPU backend's recurrence, padding
 //     outputs zero, every slot no sequence names (and the null slot) bit-exact.
 //   CudaChunkForms.GateForms: the decay given in log space (float32 a), beta given (float32 b), q and k
-//     without l2 normalisation: the same batch against the CPU backend with the same forms.
+//     without l2 normalisation: the same batch against the CPU backend with the same forms (V = 64,
+//     128 for the 128-column form).
 //   CudaChunkForms.IdenticalBytesRunAfterRun: the same call twice, outputs and pool bit for bit.
 //   CudaChunkSplit.SameBytesInEveryForm: the 64- and 128-column blocks, the split form (a chunk's key
 //     side prepared once per value head, as records; U solved per block; bf16 activations) and the
@@ -134,11 +135,15 @@ void expect_match(const ChunkRun& got, const ChunkRun& ref, const ChunkBatch& b,
   }
 }
 
+// V of a case: the 128-column form needs V = 128 (a forced chunk_vs128 runs a narrower form
+// otherwise), so its cases take 128 wherever the others take `v`.
+int64_t value_dim(const ChunkCase& c, int64_t v) { return c.path == Path::kChunk128 ? 128 : v; }
+
 TEST_P(CudaChunk, EqualsTheRecurrence) {
   PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
   const ChunkCase& c = GetParam();
   Rng r(1234 + static_cast<uint64_t>(c.ratio) * 7 + static_cast<uint64_t>(c.path));
-  const int64_t H = 2, HV = H * c.ratio, K = 128, V = c.ratio == 1 ? 128 : 64;
+  const int64_t H = 2, HV = H * c.ratio, K = 128, V = value_dim(c, c.ratio == 1 ? 128 : 64);
   std::vector<int64_t> lens = c.state == DType::kFloat32
                                   ? std::vector<int64_t>{1, 2, 63, 64, 65, 127, 128, 129, 1000, 4097}
                                   : std::vector<int64_t>{1, 2, 64, 65, 129, 700};
@@ -158,7 +163,7 @@ TEST_P(CudaChunkForms, GateForms) {
   PROP_SKIP_IF_UNAVAILABLE(Backend::kCUDA);
   const ChunkCase& c = GetParam();
   Rng r(77 + static_cast<uint64_t>(c.path));
-  const int64_t H = 2, HV = 4, K = 128, V = 64;
+  const int64_t H = 2, HV = 4, K = 128, V = value_dim(c, 64);
   const ChunkBatch b = make_batch(r, {1, 64, 65, 300}, 12);
   GdrIn in = make_gdr_in(r, b.qsl.back(), H, HV, K, V, c.act, DType::kFloat32);
   // float32 log decays in [-0.5, 0], beta in (0, 1); q, k scaled to unit-ish norm by hand
@@ -182,8 +187,9 @@ TEST_P(CudaChunkForms, IdenticalBytesRunAfterRun) {
   const ChunkCase& c = GetParam();
   Rng r(5);
   const ChunkBatch b = make_batch(r, {1, 65, 200, 1000}, 12);
-  GdrIn in = make_gdr_in(r, b.qsl.back(), 2, 4, 128, 64, c.act, DType::kFloat32);
-  Buf pool0 = make_ssm_pool(c.state, 12, 4, 128, 64, c.layout);
+  const int64_t V = value_dim(c, 64);
+  GdrIn in = make_gdr_in(r, b.qsl.back(), 2, 4, 128, V, c.act, DType::kFloat32);
+  Buf pool0 = make_ssm_pool(c.state, 12, 4, 128, V, c.layout);
   fill_normal(pool0, r, 0.3);
   const ChunkRun x = run(Backend(Backend::kCUDA, c.path), true, in, b, pool0, c.layout, c.act);
   const ChunkRun y = run(Backend(Backend::kCUDA, c.path), true, in, b, pool0, c.layout, c.act);
