@@ -42,7 +42,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
                                            int v0, TAct* o) {
   constexpr int VS = L::kVS, kLdV = L::kLdV, kB = L::kBufs;
   // a consumer warp's columns: all VS, or (kWide) one half of 64; kNV: its value n-tiles of 8 columns
-  constexpr bool kWide = !kSplit && L::kWide;
+  constexpr bool kWide = L::kWide;  // (SplitLayout: never)
   constexpr int kCW = cons_warps(VS), kNV = (kWide ? 64 : VS) / 8;
   constexpr int kPC = kGroupThreads + 32 * kCW;  // producers (or the split form's solvers) and consumers
   static_assert(VS % 16 == 0, "pairs of value n-tiles");
