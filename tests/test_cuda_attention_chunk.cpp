@@ -54,6 +54,18 @@ std::string case_name(const ::testing::TestParamInfo<Case>& i) {
          (c.layout == SpecConvLayout::kPerToken ? "_per_token_" : "_rolling_") + cuda::plan::path_name(c.path);
 }
 
+// The long padding sequences of these batches: the 65-token prefill on slot -1, the 129-token one
+// on the null slot.
+void pad_long_prefills(AttnProblem& p) {
+  int64_t null_slot = -1;
+  for (AttnSeq& s : p.seqs) {
+    if (s.spec) continue;
+    if (s.rows.size() == 65) s.slot = -1;
+    if (s.rows.size() == 129) null_slot = s.slot;
+  }
+  p.null_id = null_slot;
+}
+
 AttnProblem make_problem(DType act, DType ssm, SpecConvLayout layout, Rng& r, bool reorder = false, int W = 4) {
   AttnProblem p;
   p.H = 1; p.HV = 2; p.K = 128; p.V = 128; p.W = W; p.cols = 3;
@@ -66,15 +78,12 @@ AttnProblem make_problem(DType act, DType ssm, SpecConvLayout layout, Rng& r, bo
   m.n_decode = 2;
   m.n_spec = 3;
   make_mixed_batch(p, r, m);
-  int64_t null_slot = -1;
+  pad_long_prefills(p);
   for (AttnSeq& s : p.seqs) {
     if (s.spec) continue;
-    if (s.rows.size() == 65) s.slot = -1;                        // a long padding sequence
-    if (s.rows.size() == 129) null_slot = s.slot;                // a long sequence on the null slot
     if (s.rows.size() == 300) s.has_init = false;
     if (s.rows.size() == 1000) s.has_init = true;
   }
-  p.null_id = null_slot;
   build_meta(p);
   fill_attention_data(p, r);
   return p;
@@ -363,13 +372,7 @@ TEST(CudaAttentionChunkZ, GroupWithoutRemap) {
         m.interleave = false;  // group 0 on rows 0.., the verify sequences after it
         make_mixed_batch(p, r, m);
         p.identity_ns = true;
-        int64_t null_slot = -1;
-        for (AttnSeq& s : p.seqs) {
-          if (s.spec) continue;
-          if (s.rows.size() == 65) s.slot = -1;
-          if (s.rows.size() == 129) null_slot = s.slot;
-        }
-        p.null_id = null_slot;
+        pad_long_prefills(p);
         p.num_actual += 3;  // rows of no sequence: z still copied
         p.rows_alloc += 3;
         build_meta(p);
