@@ -29,6 +29,12 @@ struct DeferredLeanTraits {
   static constexpr int kMinBlocks = kWarpRows == 8 ? 20 : 16;
 };
 
+// Tokens whose inputs the lean form prefetches at its start (replayed and step tokens each).
+constexpr int kLeanPrefetch = 16;
+
+// The 128-byte line at p towards the SM's L1.
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
 // kPrepped: the step's token inputs from deferred_prep_kernel's workspace (p.prep).
 template <typename TAct, typename TState, int kWarpRows = 8, bool kPrepped = false>
 __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
@@ -69,8 +75,35 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
     }
     return;
   }
+  // Every token input of the step towards this SM's L1 first (the lane's lines of the step's first
+  // kLeanPrefetch tokens, then of the replayed log entries), so that the token loops below, whose
+  // loads cannot pass the previous token's stores, wait for them once rather than once per token.
+  for (int64_t t = 0; t < tr.len && t < kLeanPrefetch; ++t) {
+    const int64_t row = tr.begin + t;
+    const TAct* vp = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * V + row0;
+    prefetch_l1(vp);
+    prefetch_l1(vp + (R - 1) * G);
+    if constexpr (kPrepped) {
+      const float* qk = DeferredPrep::qk(p, row, h) + ln * EPL;
+      prefetch_l1(qk);
+      prefetch_l1(qk + 128);
+      prefetch_l1(DeferredPrep::gates(p, row, hv));
+    } else {
+      prefetch_l1(q_row<TAct>(p, row, h) + ln * EPL);
+      prefetch_l1(k_row<TAct>(p, row, h) + ln * EPL);
+    }
+  }
   const int64_t n_rep =
       si.init && g.num_accepted.present() ? rules::clamp64(g.num_accepted(i), 0, p.log_cols) : 0;
+  for (int64_t j = 0; j < n_rep && j < kLeanPrefetch; ++j) {
+    const int64_t row = p.path.present() ? p.path(i, j) : j;
+    if (row < 0 || row >= p.log_cols) break;
+    const float* e = log_entry(p.log_in, p.log_in_rs, p, slot, row, hv);
+    prefetch_l1(e + ln * EPL);
+    prefetch_l1(e + K + row0);
+    prefetch_l1(e + K + row0 + (R - 1) * G);
+    prefetch_l1(e + K + V);
+  }
   auto store = [&]() {
 #pragma unroll
     for (int j = 0; j < R; ++j) store_vec<TState, EPL>(sp + j * G * KP, s[j]);
