@@ -8,7 +8,9 @@
 // as many warps to fill the SMs, one launch).
 // Per sequence: the state read once, its logged rows replayed (the recurrence's update of
 // recur_rows without an output: with float32 state the bits the per-token mode stored, on this
-// recurrence path), the state written once, the step's tokens through recur_rows (outputs and log entries). Verify steps the
+// recurrence path), the state written once, the step's tokens through step_rows (each token's
+// output from the state before its update, as the general kernel's chain_chunk: one reduction per
+// token; outputs and log entries). Verify steps the
 // planner gives the algebra (plan::DeferredPlan::algebra) go to deferred_mma.cuh's kernel instead,
 // deferred.cuh's kernel takes what neither does (larger trees, other K, "kv" or strided state,
 // unaligned q / k).
@@ -34,6 +36,48 @@ constexpr int kLeanPrefetch = 16;
 
 // The 128-byte line at p towards the SM's L1.
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
+// One step token for a lane group's R rows, its output from the state before the update: per row
+// p = S k^ and r = S q^ (the 2R sums reduce-scattered together over the row's L lanes), then
+//     y = beta (v - dec p),  o = dec r + y (k^ . q^),  S <- dec S + y k^
+// with y from the lane holding the row's p, sent to the row's other lanes: one reduction per
+// token, not one before the update and one after it. Returns o of row *orow_j on the lanes
+// holding an r (*orow_j = -1 on the others).
+template <int L, int R, int EPL>
+__device__ __forceinline__ float step_rows(float (&s)[R][EPL], const float (&kr)[EPL], const float (&qr)[EPL],
+                                           TokenGates tg, float kq, const float (&vr)[R], int ln, int* orow_j) {
+  constexpr int kSums = 2 * R, kSpan = L / kSums;  // lanes holding each sum
+  static_assert(kSums <= L && (kSums & (kSums - 1)) == 0, "one reduce-scatter over the row's lanes");
+  float x[kSums];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    x[j] = 0.f;
+    x[R + j] = 0.f;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+      x[j] += s[j][e] * kr[e];
+      x[R + j] += s[j][e] * qr[e];
+    }
+  }
+  const float sum = scatter_sum<L, kSums>(x, ln);  // S k^ of row jm (mine < R), else S q^
+  const int mine = ln / kSpan, jm = mine % R;
+  float vm = vr[0];
+#pragma unroll
+  for (int j = 1; j < R; ++j) vm = jm == j ? vr[j] : vm;
+  const float ym = tg.beta * (vm - tg.decay * sum);
+  float y[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) y[j] = __shfl_sync(0xffffffffu, ym, j * kSpan, L);
+  float yr = y[0];
+#pragma unroll
+  for (int j = 1; j < R; ++j) yr = jm == j ? y[j] : yr;
+#pragma unroll
+  for (int j = 0; j < R; ++j)
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) s[j][e] = fmaf(y[j], kr[e], tg.decay * s[j][e]);
+  *orow_j = mine >= R && ln % kSpan == 0 ? jm : -1;
+  return tg.decay * sum + yr * kq;
+}
 
 // kPrepped: the step's token inputs from deferred_prep_kernel's workspace (p.prep).
 template <typename TAct, typename TState, int kWarpRows = 8, bool kPrepped = false>
@@ -142,6 +186,7 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
     for (int r = 0; r < R; ++r) vr[r] = to_float(vp[r * G]);
     const int64_t orow = out_row(p, row);
     TokenGates tg;
+    float kq;  // k^ . q^
     if constexpr (kPrepped) {
       const float* qk = DeferredPrep::qk(p, row, h) + ln * EPL;
       load_vec<float, EPL, false>(qk, qr);
@@ -150,11 +195,13 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
       tg.g = gt.x;
       tg.beta = gt.y;
       tg.decay = gt.z;
+      kq = gt.w;
     } else {
       load_vec<TAct, EPL, false>(q_row<TAct>(p, row, h) + ln * EPL, qr);
       load_vec<TAct, EPL, false>(k_row<TAct>(p, row, h) + ln * EPL, kr);
       const float av = p.a(row * p.src.a_rs + hv), bv = p.b(row * p.src.b_rs + hv);
       tg = prep_regs<L, EPL>(av, bv, A, dtb, p.scale, kr, qr, p.gates);
+      kq = lane_dot<L, EPL>(kr, qr);
     }
     if (p.log_tokens && t < p.log_cols) {
       float* e = log_entry(p.log_out, p.log_out_rs, p, slot, t, hv);
@@ -168,8 +215,9 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
       for (int r = 1; r < R; ++r) vm = ln == r ? vr[r] : vm;
       if (ln < R) e[K + row0 + ln * G] = vm;
     }
-    const float mine = recur_rows<L, G, R, EPL, true>(s, kr, qr, tg, [&](int r) { return vr[r]; }, ln);
-    if (ln < R) o[orow * p.o_rs + ln * G] = from_float<TAct>(mine);
+    int orow_j;  // the row whose o this lane holds (-1: none)
+    const float ov = step_rows<L, R, EPL>(s, kr, qr, tg, kq, vr, ln, &orow_j);
+    if (orow_j >= 0) o[orow * p.o_rs + orow_j * G] = from_float<TAct>(ov);
   }
 
   // 2'. the one state write of a step whose tokens are all accepted (log_tokens false): after them

@@ -3,7 +3,7 @@
 // k^ and q^ through prep_regs with the lean form's 16-lane sums (so the bits the lean form computes
 // itself), and per value head g, beta and exp(g). The lean form then loads them (deferred_lean.cuh,
 // kPrepped). The workspace (DeferredParams::prep):
-//   floats [rows][H][2][128]: q^ then k^ of (row, h); then [rows][HV][4]: g, beta, exp(g), 0.
+//   floats [rows][H][2][128]: q^ then k^ of (row, h); then [rows][HV][4]: g, beta, exp(g), k^ . q^.
 // Grid: (row, key head) pairs, a half-warp each, 8 per block of 4 warps.
 #pragma once
 #include "cuda/deferred/deferred.cuh"
@@ -21,11 +21,21 @@ struct DeferredPrep {
   }
   // q^ of (row, key head) at [0, 128), k^ at [128, 256)
   static __device__ float* qk(const DeferredParams& p, int64_t row, int h) { return p.prep + (row * p.H + h) * 256; }
-  // g, beta, exp(g), 0 of (row, value head)
+  // g, beta, exp(g), k^ . q^ of (row, value head)
   static __device__ float* gates(const DeferredParams& p, int64_t row, int hv) {
     return p.prep + qk_floats(p.prep_rows, p.H) + (row * p.HV + hv) * 4;
   }
 };
+
+// k^ . q^ over a row's L lanes, each holding EPL elements of both (the same bits in the prep
+// kernel and in the lean form).
+template <int L, int EPL>
+__device__ __forceinline__ float lane_dot(const float (&kr)[EPL], const float (&qr)[EPL]) {
+  float x = 0.f;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) x += kr[e] * qr[e];
+  return group_sum<L>(x);
+}
 
 template <typename TAct>
 __global__ void __launch_bounds__(DeferredPrep::kThreads) deferred_prep_kernel(const __grid_constant__ DeferredParams p) {
@@ -45,6 +55,7 @@ __global__ void __launch_bounds__(DeferredPrep::kThreads) deferred_prep_kernel(c
   head_decay(p, p.gates, hv0, A, dtb);
   const TokenGates tg0 = prep_regs<L, EPL>(p.a(row * p.src.a_rs + hv0), p.b(row * p.src.b_rs + hv0), A, dtb, p.scale,
                                            kr, qr, p.gates);
+  const float kq = lane_dot<L, EPL>(kr, qr);
   if (!ok) return;
   float4* const qk = reinterpret_cast<float4*>(DeferredPrep::qk(p, row, h) + ln * EPL);  // plain stores: read again soon
   qk[0] = make_float4(qr[0], qr[1], qr[2], qr[3]);
@@ -61,7 +72,7 @@ __global__ void __launch_bounds__(DeferredPrep::kThreads) deferred_prep_kernel(c
       tg.beta = gv.beta;
       tg.decay = expf(gv.g);
     }
-    *reinterpret_cast<float4*>(DeferredPrep::gates(p, row, hv)) = make_float4(tg.g, tg.beta, tg.decay, 0.f);
+    *reinterpret_cast<float4*>(DeferredPrep::gates(p, row, hv)) = make_float4(tg.g, tg.beta, tg.decay, kq);
   }
 }
 
