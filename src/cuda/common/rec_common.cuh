@@ -388,6 +388,15 @@ __device__ __forceinline__ void rows_sum(float (&x)[R], int ln) {
   }
 }
 
+// x[j] for an index j known only at run time, by selects (no local-memory copy of x).
+template <int R>
+__device__ __forceinline__ float pick(const float (&x)[R], int j) {
+  float v = x[0];
+#pragma unroll
+  for (int i = 1; i < R; ++i) v = j == i ? x[i] : v;
+  return v;
+}
+
 // The o value of row ln (lanes ln < R) among a lane group's R row outputs, after the group sums.
 template <int L, int R, bool kWant = false>
 __device__ __forceinline__ float pick_row(float (&ov)[R], int ln) {
@@ -397,10 +406,7 @@ __device__ __forceinline__ float pick_row(float (&ov)[R], int ln) {
   } else {
 #pragma unroll
     for (int j = 0; j < R; ++j) ov[j] = group_sum<L>(ov[j]);
-    float mine = ov[0];
-#pragma unroll
-    for (int j = 1; j < R; ++j) mine = ln == j ? ov[j] : mine;
-    return mine;
+    return pick<R>(ov, ln);
   }
 }
 

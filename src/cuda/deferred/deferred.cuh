@@ -178,10 +178,7 @@ __device__ __forceinline__ void chain_chunk(const DeferredParams& p, const Defer
 #pragma unroll
     for (int j = 0; j < R; ++j) y[j] = __shfl_sync(0xffffffffu, ym, j * kSpan, L);
     if (writes && pl.emit[u]) {
-      float yr = y[0];
-#pragma unroll
-      for (int j = 1; j < R; ++j) yr = jm == j ? y[j] : yr;
-      o[sm.orow[u] * p.o_rs] = from_float<TAct>(dec * sum + yr * sm.kq[u]);
+      o[sm.orow[u] * p.o_rs] = from_float<TAct>(dec * sum + pick<R>(y, jm) * sm.kq[u]);
     }
 #pragma unroll
     for (int j = 0; j < R; ++j)

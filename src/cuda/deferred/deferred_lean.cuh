@@ -61,22 +61,16 @@ __device__ __forceinline__ float step_rows(float (&s)[R][EPL], const float (&kr)
   }
   const float sum = scatter_sum<L, kSums>(x, ln);  // S k^ of row jm (mine < R), else S q^
   const int mine = ln / kSpan, jm = mine % R;
-  float vm = vr[0];
-#pragma unroll
-  for (int j = 1; j < R; ++j) vm = jm == j ? vr[j] : vm;
-  const float ym = tg.beta * (vm - tg.decay * sum);
+  const float ym = tg.beta * (pick<R>(vr, jm) - tg.decay * sum);
   float y[R];
 #pragma unroll
   for (int j = 0; j < R; ++j) y[j] = __shfl_sync(0xffffffffu, ym, j * kSpan, L);
-  float yr = y[0];
-#pragma unroll
-  for (int j = 1; j < R; ++j) yr = jm == j ? y[j] : yr;
 #pragma unroll
   for (int j = 0; j < R; ++j)
 #pragma unroll
     for (int e = 0; e < EPL; ++e) s[j][e] = fmaf(y[j], kr[e], tg.decay * s[j][e]);
   *orow_j = mine >= R && ln % kSpan == 0 ? jm : -1;
-  return tg.decay * sum + yr * kq;
+  return tg.decay * sum + pick<R>(y, jm) * kq;
 }
 
 // kPrepped: the step's token inputs from deferred_prep_kernel's workspace (p.prep).
@@ -119,12 +113,16 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
     }
     return;
   }
+  // v of batch row `row` at this lane group's rows (row j at + j G)
+  auto v_rows = [&](int64_t row) {
+    return static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * V + row0;
+  };
   // Every token input of the step towards this SM's L1 first (the lane's lines of the step's first
   // kLeanPrefetch tokens, then of the replayed log entries), so that the token loops below, whose
   // loads cannot pass the previous token's stores, wait for them once rather than once per token.
   for (int64_t t = 0; t < tr.len && t < kLeanPrefetch; ++t) {
     const int64_t row = tr.begin + t;
-    const TAct* vp = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * V + row0;
+    const TAct* vp = v_rows(row);
     prefetch_l1(vp);
     prefetch_l1(vp + (R - 1) * G);
     if constexpr (kPrepped) {
@@ -181,7 +179,7 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
   for (int64_t t = 0; t < tr.len; ++t) {
     const int64_t row = tr.begin + t;
     float qr[EPL], kr[EPL], vr[R];
-    const TAct* vp = static_cast<const TAct*>(p.src.v) + row * p.src.v_rs + static_cast<int64_t>(hv) * V + row0;
+    const TAct* vp = v_rows(row);
 #pragma unroll
     for (int r = 0; r < R; ++r) vr[r] = to_float(vp[r * G]);
     const int64_t orow = out_row(p, row);
@@ -210,10 +208,7 @@ __global__ void __launch_bounds__(32, DeferredLeanTraits<kWarpRows>::kMinBlocks)
         for (int c = 0; c < EPL; ++c) e[ln * EPL + c] = kr[c];
         if (ln == 0) e[K + V] = tg.g, e[K + V + 1] = tg.beta;
       }
-      float vm = vr[0];
-#pragma unroll
-      for (int r = 1; r < R; ++r) vm = ln == r ? vr[r] : vm;
-      if (ln < R) e[K + row0 + ln * G] = vm;
+      if (ln < R) e[K + row0 + ln * G] = pick<R>(vr, ln);
     }
     int orow_j;  // the row whose o this lane holds (-1: none)
     const float ov = step_rows<L, R, EPL>(s, kr, qr, tg, kq, vr, ln, &orow_j);
