@@ -15,7 +15,9 @@
 //     registers (warp w: rows 32w..32w+31, mma accumulators) and its 16-bit copy in shared memory
 //     as the next chunk's operand; then they stage chunk c + 2's inputs into c's buffer (the raw q,
 //     k, v, a, b, stage_chunk; gdn_attention: q, k, v from conv_rows.cu's buffer), so that the producers,
-//     the longer chain, never wait for a load (the consumers stage chunks 0 and 1 first).
+//     the longer chain, never wait for a load (the consumers stage chunks 0 and 1 first). With
+//     tensor maps (ChunkMaps, 9.x devices) a whole chunk's q, k and v are three TMA copies issued
+//     by one consumer thread, which the producers wait for on the buffer's mbarrier.
 // Split form (ChunkParams::prep, chunk_split.cuh): the prep kernel has written every chunk's key
 // side beforehand (W, P, the vectors and T's blocks); the producers only issue the loads of a
 // chunk's records and raw q, k, v into the buffer the consumers released (three buffers,
@@ -38,8 +40,8 @@ namespace gdn::cuda::chunk {
 // The chunks of one (value slice, value head, sequence) block, after the padding checks: layout L
 // (Layout, or SplitLayout where kSplit: the producers load the prep kernel's records).
 template <typename TAct, typename TState, typename L, bool kSplit>
-__device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* smem, const SeqInfo& si, int h, int hv,
-                                           int v0, TAct* o) {
+__device__ __forceinline__ void run_chunks(const ChunkParams& p, const ChunkMaps& maps, unsigned char* smem,
+                                           const SeqInfo& si, int h, int hv, int v0, TAct* o) {
   constexpr int VS = L::kVS, kLdV = L::kLdV, kB = L::kBufs;
   // a consumer warp's columns: all VS, or (kWide) one half of 64; kNV: its value n-tiles of 8 columns
   constexpr bool kWide = L::kWide;  // (SplitLayout: never)
@@ -55,6 +57,18 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
   auto chunk_len = [&](int64_t ci) { return static_cast<int>(len - ci * kC < kC ? len - ci * kC : kC); };
   auto buf_of = [](int64_t ci) { return static_cast<int>(static_cast<uint64_t>(ci) % kB); };
   const ChunkSrc<TAct> src = chunk_src<TAct>(p, h, hv, v0);
+  // With tensor maps (where the launcher gives them, 9.x devices): a whole chunk's q, k and v
+  // through TMA, completing on the buffer's mbarrier (its k-th full chunk: phase k); a sequence's
+  // last, partial chunk by cp.async (its rows past the sequence zero, not the next tokens).
+  const bool tma = !kSplit && maps.ok;
+  uint64_t* tbar = nullptr;
+  if constexpr (!kSplit) tbar = reinterpret_cast<uint64_t*>(smem + L::kBarAt);
+  auto tma_chunk = [&](int64_t ci) { return tma && chunk_len(ci) == kC; };
+  if (tma) {
+    if (tid == 0)
+      for (int b = 0; b < kB; ++b) tma::bar_init(tbar + b);
+    __syncthreads();
+  }
 
   if constexpr (kSplit) {
     if (warp >= 8) {  // solvers: chunk cj's U once its loads land, then its hand-over
@@ -94,7 +108,9 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
       for (int64_t ci = 0; ci < nchunks; ++ci) {
         const int buf = buf_of(ci);
         mma::bar_sync(kEmpty + buf, kPC);  // the consumers staged chunk ci into buf
+        if (tma_chunk(ci)) tma::bar_wait(tbar + buf, static_cast<uint32_t>(ci / kB) & 1u);
         prep_chunk<TAct, L>(p, smem, buf, chunk_len(ci), A, dtb, warp, lane, tid);
+        if (tma) tma::fence_proxy_async();  // U written over v, which a later TMA copy overwrites
         mma::bar_arrive(kFull + buf, kPC);
       }
     }
@@ -107,9 +123,19 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
   // split: the producers load it, the consumers only release the buffer).
   auto stage = [&](int64_t ci) {
     if constexpr (!kSplit) {
-      if (!kWide || vh == 0)
+      if (!kWide || vh == 0) {
+        const bool by_tma = tma_chunk(ci);
+        if (by_tma && tid == kGroupThreads) {
+          const int buf = buf_of(ci), row = static_cast<int>(lt_begin + ci * kC);
+          constexpr uint32_t kBytes = kC * (2 * kLdK + kLdV) * sizeof(TAct);
+          tma::bar_expect(tbar + buf, kBytes);
+          tma::load_3d(s16 + L::kQ + buf * kC * kLdK, &maps.q, 0, h, row, tbar + buf);
+          tma::load_3d(s16 + L::kKr + buf * kC * kLdK, &maps.k, 0, h, row, tbar + buf);
+          tma::load_3d(s16 + L::kV + buf * kC * kLdV, &maps.v, v0, hv, row, tbar + buf);
+        }
         stage_chunk<TAct, L>(p, src, smem, buf_of(ci), lt_begin + ci * kC, chunk_len(ci), tid - kGroupThreads,
-                             kWide ? kStage : kCons);
+                             kWide ? kStage : kCons, !by_tma);
+      }
     }
     mma::bar_arrive(kEmpty + buf_of(ci), kPC);
   };
@@ -264,7 +290,10 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, unsigned char* 
   for (int64_t ci = -kB; ci < nchunks; ++ci) {
     if (ci >= 0) consume(ci);
     if (ci + kB < nchunks) {
-      if (!kSplit && ci >= 0) mma::bar_sync(kCons, 32 * kCW);
+      if (!kSplit && ci >= 0) {
+        if (tma) tma::fence_proxy_async();  // delta written over U, which the TMA copy overwrites
+        mma::bar_sync(kCons, 32 * kCW);
+      }
       stage(ci + kB);
     }
   }
@@ -290,7 +319,8 @@ using ProducerLayout = Layout<VS, kSmall ? 1 : 2>;
 template <int VS, bool kSmall>
 using LoadLayout = SplitLayout<VS, kSmall ? 2 : 3>;
 template <typename TAct, typename TState, int VS, bool kSplit, bool kSmall>
-__global__ void __launch_bounds__(block_threads(kSplit, VS), 1) chunk_kernel(const ChunkParams p) {
+__global__ void __launch_bounds__(block_threads(kSplit, VS), 1)
+    chunk_kernel(const ChunkParams p, const __grid_constant__ ChunkMaps maps) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x;
   const int v0 = blockIdx.x * VS, hv = blockIdx.y, h = hv / p.r;
@@ -318,12 +348,12 @@ __global__ void __launch_bounds__(block_threads(kSplit, VS), 1) chunk_kernel(con
   }
   if constexpr (kSplit) {
     if (ordered) {
-      run_chunks<TAct, TState, LoadLayout<VS, kSmall>, true>(p, smem, si, h, hv, v0, o);
+      run_chunks<TAct, TState, LoadLayout<VS, kSmall>, true>(p, maps, smem, si, h, hv, v0, o);
       return;
     }
     if (tid >= kThreads) return;  // (no solvers in the producers' form)
   }
-  run_chunks<TAct, TState, ProducerLayout<VS, kSmall>, false>(p, smem, si, h, hv, v0, o);
+  run_chunks<TAct, TState, ProducerLayout<VS, kSmall>, false>(p, maps, smem, si, h, hv, v0, o);
 }
 
 }  // namespace gdn::cuda::chunk

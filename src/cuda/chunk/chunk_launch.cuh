@@ -17,13 +17,42 @@ constexpr size_t chunk_kernel_bytes() {
   else return prod;
 }
 
+// The tensor maps of the producers' forms (chunk::ChunkMaps) on a 9.x device: q and k as [rows][H][K], v as
+// [rows][HV][V] over group 0's local tokens (fused: the conv's buffer, q, k and v at their channel
+// offsets), boxes of 64 rows by kLdK (q, k) and VS + 8 (v) columns; ok false where the device or the
+// layout cannot.
+template <typename TAct, int VS>
+chunk::ChunkMaps chunk_maps(const ChunkParams& p) {
+  chunk::ChunkMaps m;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      major < 9)
+    return m;
+  const int64_t rows = p.group[0].limit;
+  if (rows < chunk::kC || rows > (int64_t{1} << 31) - 1) return m;
+  const bool bf16 = std::is_same_v<TAct, __nv_bfloat16>;
+  const TAct *q = static_cast<const TAct*>(p.src.q), *k = static_cast<const TAct*>(p.src.k), *v = static_cast<const TAct*>(p.src.v);
+  int64_t q_rs = p.src.q_rs, k_rs = p.src.k_rs, v_rs = p.src.v_rs;
+  if (p.fused) {  // (chunk_src's offsets)
+    k = q + p.src.proj.H * p.K;
+    v = q + 2 * p.src.proj.H * p.K;
+    k_rs = v_rs = q_rs;
+  }
+  m.ok = tma::tensor_map_3d(&m.q, q, bf16, p.K, p.H, rows, p.K, q_rs, chunk::kLdK, chunk::kC) &&
+         tma::tensor_map_3d(&m.k, k, bf16, p.K, p.H, rows, p.K, k_rs, chunk::kLdK, chunk::kC) &&
+         tma::tensor_map_3d(&m.v, v, bf16, p.V, p.HV, rows, p.V, v_rs, VS + 8, chunk::kC);
+  return m;
+}
+
 template <typename TAct, typename TState, int VS, bool kSplit, bool kSmall>
 Status launch_chunk_vs(const ChunkParams& p, cudaStream_t stream) {
   constexpr size_t kBytes = chunk_kernel_bytes<VS, kSplit, kSmall>();
   auto kernel = chunk::chunk_kernel<TAct, TState, VS, kSplit, kSmall>;
   GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
   const dim3 grid(static_cast<unsigned>(p.V / VS), static_cast<unsigned>(p.HV), static_cast<unsigned>(p.group[0].n));
-  return Launch(grid, dim3(chunk::block_threads(kSplit, VS)), kBytes, stream)(kernel, p);
+  // (TMA staging in the 128-column form)
+  const chunk::ChunkMaps maps = kSplit || VS != 128 ? chunk::ChunkMaps{} : chunk_maps<TAct, VS>(p);
+  return Launch(grid, dim3(chunk::block_threads(kSplit, VS)), kBytes, stream)(kernel, p, maps);
 }
 
 // The split form's prep kernel.

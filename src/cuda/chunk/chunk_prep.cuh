@@ -52,12 +52,13 @@ __device__ __forceinline__ void stage_qk(const ChunkSrc<TAct>& src, TAct* s16, i
 }
 
 // The inputs of the chunk's n tokens (local tokens lt0..) into buffer buf, by the 128 threads gt of
-// one group (barrier `bar`): q, k, v (cp.async, zeros past n) and the gate inputs a, b (as floats in
-// the buffer's G and beta, which prep_chunk turns into the gates); fused, first the tokens' global
-// rows (where a and b are read and the outputs written). Ends with the group's barrier.
+// one group (barrier `bar`): q, k, v (cp.async, zeros past n; qkv false: not these, the caller has
+// issued their TMA copies) and the gate inputs a, b (as floats in the buffer's G and beta, which
+// prep_chunk turns into the gates); fused, first the tokens' global rows (where a and b are read and
+// the outputs written). Ends with the group's barrier.
 template <typename TAct, typename L>
 __device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc<TAct>& src, unsigned char* smem,
-                                            int buf, int64_t lt0, int n, int gt, int bar) {
+                                            int buf, int64_t lt0, int n, int gt, int bar, bool qkv = true) {
   constexpr int VS = L::kVS;
   TAct* s16 = reinterpret_cast<TAct*>(smem);
   int64_t* crow = chunk_rows(smem, L::kRowsAt, buf);
@@ -65,11 +66,13 @@ __device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc
     if (gt < kC) crow[gt] = gt < n ? token_row(p, lt0 + gt) : 0;
     mma::bar_sync(bar, kGroupThreads);
   }
-  stage_qk<TAct, L>(src, s16, buf, lt0, n, gt);
-  if constexpr (VS > 0)  // (the prep kernel's layout has no value columns)
-    copy_rows<VS / 8>(s16 + L::kV + buf * kC * L::kLdV, L::kLdV, reinterpret_cast<const char*>(src.v + lt0 * src.v_rs),
-                      src.v_rs * static_cast<int64_t>(sizeof(TAct)), n, gt);
-  mma::cp_async_commit();
+  if (qkv) {
+    stage_qk<TAct, L>(src, s16, buf, lt0, n, gt);
+    if constexpr (VS > 0)  // (the prep kernel's layout has no value columns)
+      copy_rows<VS / 8>(s16 + L::kV + buf * kC * L::kLdV, L::kLdV, reinterpret_cast<const char*>(src.v + lt0 * src.v_rs),
+                        src.v_rs * static_cast<int64_t>(sizeof(TAct)), n, gt);
+    mma::cp_async_commit();
+  }
   uint32_t ra = 0u, rb = 0u;
   if (gt < kC) {
     const int64_t r = p.fused ? crow[gt] : lt0 + (gt < n ? gt : 0);

@@ -3,6 +3,7 @@
 #include "cuda/chunk/chunk.h"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/rec_common.cuh"
+#include "cuda/common/tma.cuh"
 
 namespace gdn::cuda::chunk {
 
@@ -57,9 +58,21 @@ struct Layout {
   static constexpr int kF = kVec + kBufs * 4 * kC;
   // int64 after the floats (fused): [kBufs][kC] the chunk tokens' global rows
   static constexpr size_t kRowsAt = static_cast<size_t>(k16) * 2 + static_cast<size_t>(kF) * 4;
-  static constexpr size_t kBytes = kRowsAt + kBufs * kC * sizeof(int64_t);
+  static constexpr size_t kBarAt = kRowsAt + kBufs * kC * sizeof(int64_t);  // [kBufs] mbarriers (TMA)
+  static constexpr size_t kBytes = kBarAt + kBufs * sizeof(uint64_t);
   static_assert(kBytes <= 232448, "fits the opt-in shared memory of sm_90");
   static_assert(k16 % 8 == 0 && kRowsAt % 8 == 0, "the float area starts 16-byte aligned, the rows 8-byte aligned");
+  static_assert((kQ * 2) % 128 == 0 && (kKr * 2) % 128 == 0 && (kV * 2) % 128 == 0 && (kC * kLdK * 2) % 128 == 0 &&
+                    (kC * kLdV * 2) % 128 == 0,
+                "TMA destinations 128-byte aligned");
+};
+
+// The producers' forms' tensor maps (chunk_maps, chunk_launch.cuh): q and k as [rows][heads][K], v as
+// [rows][value heads][V], boxes of 64 rows and (kLdK, resp. kLdV) columns; ok false: none (a form
+// the launcher gives none, a device or layout TMA does not take), every chunk staged by cp.async.
+struct ChunkMaps {
+  CUtensorMap q, k, v;
+  bool ok = false;
 };
 
 // The split form's (chunk_split.cuh): three buffers (two in the small form) of what the producers
