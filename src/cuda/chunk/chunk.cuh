@@ -65,8 +65,10 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, const ChunkMaps
   if constexpr (!kSplit) tbar = reinterpret_cast<uint64_t*>(smem + L::kBarAt);
   auto tma_chunk = [&](int64_t ci) { return tma && chunk_len(ci) == kC; };
   if (tma) {
-    if (tid == 0)
-      for (int b = 0; b < kB; ++b) tma::bar_init(tbar + b);
+    if (tid == 0) {
+      for (int b = 0; b < kB; ++b) mbar_init(tbar + b, 1);  // one arrival: the thread that issues the copies
+      mbar_init_fence();
+    }
     __syncthreads();
   }
 
@@ -108,9 +110,9 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, const ChunkMaps
       for (int64_t ci = 0; ci < nchunks; ++ci) {
         const int buf = buf_of(ci);
         mma::bar_sync(kEmpty + buf, kPC);  // the consumers staged chunk ci into buf
-        if (tma_chunk(ci)) tma::bar_wait(tbar + buf, static_cast<uint32_t>(ci / kB) & 1u);
+        if (tma_chunk(ci)) mbar_wait(tbar + buf, static_cast<uint32_t>(ci / kB) & 1u);
         prep_chunk<TAct, L>(p, smem, buf, chunk_len(ci), A, dtb, warp, lane, tid);
-        if (tma) tma::fence_proxy_async();  // U written over v, which a later TMA copy overwrites
+        if (tma) fence_proxy_async();  // U written over v, which a later TMA copy overwrites
         mma::bar_arrive(kFull + buf, kPC);
       }
     }
@@ -128,10 +130,10 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, const ChunkMaps
         if (by_tma && tid == kGroupThreads) {
           const int buf = buf_of(ci), row = static_cast<int>(lt_begin + ci * kC);
           constexpr uint32_t kBytes = kC * (2 * kLdK + kLdV) * sizeof(TAct);
-          tma::bar_expect(tbar + buf, kBytes);
-          tma::load_3d(s16 + L::kQ + buf * kC * kLdK, &maps.q, 0, h, row, tbar + buf);
-          tma::load_3d(s16 + L::kKr + buf * kC * kLdK, &maps.k, 0, h, row, tbar + buf);
-          tma::load_3d(s16 + L::kV + buf * kC * kLdV, &maps.v, v0, hv, row, tbar + buf);
+          mbar_arrive_tx(tbar + buf, kBytes);
+          tensor_load_3d(s16 + L::kQ + buf * kC * kLdK, &maps.q, 0, h, row, tbar + buf);
+          tensor_load_3d(s16 + L::kKr + buf * kC * kLdK, &maps.k, 0, h, row, tbar + buf);
+          tensor_load_3d(s16 + L::kV + buf * kC * kLdV, &maps.v, v0, hv, row, tbar + buf);
         }
         stage_chunk<TAct, L>(p, src, smem, buf_of(ci), lt_begin + ci * kC, chunk_len(ci), tid - kGroupThreads,
                              kWide ? kStage : kCons, !by_tma);
@@ -291,7 +293,7 @@ __device__ __forceinline__ void run_chunks(const ChunkParams& p, const ChunkMaps
     if (ci >= 0) consume(ci);
     if (ci + kB < nchunks) {
       if (!kSplit && ci >= 0) {
-        if (tma) tma::fence_proxy_async();  // delta written over U, which the TMA copy overwrites
+        if (tma) fence_proxy_async();  // delta written over U, which the TMA copy overwrites
         mma::bar_sync(kCons, 32 * kCW);
       }
       stage(ci + kB);

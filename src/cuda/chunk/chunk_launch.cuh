@@ -24,23 +24,15 @@ constexpr size_t chunk_kernel_bytes() {
 template <typename TAct, int VS>
 chunk::ChunkMaps chunk_maps(const ChunkParams& p) {
   chunk::ChunkMaps m;
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      major < 9)
-    return m;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || device_props(dev).major < 9) return m;
   const int64_t rows = p.group[0].limit;
   if (rows < chunk::kC || rows > (int64_t{1} << 31) - 1) return m;
   const bool bf16 = std::is_same_v<TAct, __nv_bfloat16>;
-  const TAct *q = static_cast<const TAct*>(p.src.q), *k = static_cast<const TAct*>(p.src.k), *v = static_cast<const TAct*>(p.src.v);
-  int64_t q_rs = p.src.q_rs, k_rs = p.src.k_rs, v_rs = p.src.v_rs;
-  if (p.fused) {  // (chunk_src's offsets)
-    k = q + p.src.proj.H * p.K;
-    v = q + 2 * p.src.proj.H * p.K;
-    k_rs = v_rs = q_rs;
-  }
-  m.ok = tma::tensor_map_3d(&m.q, q, bf16, p.K, p.H, rows, p.K, q_rs, chunk::kLdK, chunk::kC) &&
-         tma::tensor_map_3d(&m.k, k, bf16, p.K, p.H, rows, p.K, k_rs, chunk::kLdK, chunk::kC) &&
-         tma::tensor_map_3d(&m.v, v, bf16, p.V, p.HV, rows, p.V, v_rs, VS + 8, chunk::kC);
+  const chunk::ChunkSrc<TAct> s = chunk::chunk_src<TAct>(p, 0, 0, 0);  // head 0, value head 0, column 0
+  m.ok = tensor_map_3d(&m.q, s.q, bf16, p.K, p.H, rows, p.K, s.q_rs, chunk::kLdK, chunk::kC) &&
+         tensor_map_3d(&m.k, s.k, bf16, p.K, p.H, rows, p.K, s.k_rs, chunk::kLdK, chunk::kC) &&
+         tensor_map_3d(&m.v, s.v, bf16, p.V, p.HV, rows, p.V, s.v_rs, VS + 8, chunk::kC);
   return m;
 }
 

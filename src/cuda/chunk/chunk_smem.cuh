@@ -113,8 +113,9 @@ struct ChunkSrc {
   const void *a, *b;
   int64_t a_rs, b_rs, a_off, b_off;
 };
+// (Host too: chunk_maps takes its tensors' bases from it.)
 template <typename TAct>
-__device__ __forceinline__ ChunkSrc<TAct> chunk_src(const ChunkParams& p, int h, int hv, int v0) {
+__host__ __device__ __forceinline__ ChunkSrc<TAct> chunk_src(const ChunkParams& p, int h, int hv, int v0) {
   ChunkSrc<TAct> s;
   if (p.fused) {
     const rules::ProjLayout& L = p.src.proj;

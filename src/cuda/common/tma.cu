@@ -3,7 +3,7 @@
 
 #include "cuda/common/tma.cuh"
 
-namespace gdn::cuda::tma {
+namespace gdn::cuda {
 
 namespace {
 // cuTensorMapEncodeTiled through the runtime (null where the driver has none).
@@ -35,4 +35,4 @@ bool tensor_map_3d(CUtensorMap* map, const void* base, bool bf16, int64_t d0, in
                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-}  // namespace gdn::cuda::tma
+}  // namespace gdn::cuda

@@ -86,6 +86,7 @@
 #include <type_traits>
 
 #include "mma.cuh"  // smem_u32
+#include "tma.cuh"  // fence_proxy_async
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GDN_WGMMA_ENABLED 1
@@ -174,13 +175,7 @@ __device__ __forceinline__ void wait() {
   __trap();
 #endif
 }
-__device__ __forceinline__ void fence_proxy_async() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
+using cuda::fence_proxy_async;  // (tma.cuh)
 template <int N>
 __device__ __forceinline__ void fence_operand(float (&d)[N]) {
 #pragma unroll

@@ -5,7 +5,7 @@
 #pragma once
 #include "cuda/conv/conv_tok.cuh"
 #include "cuda/pipelined/tma_item.cuh"
-#include "cuda/pipelined/tma_util.cuh"
+#include "cuda/common/tma.cuh"
 
 namespace gdn::cuda {
 
