@@ -16,11 +16,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/tma.cuh"  // smem_u32, bar_sync
+
 namespace gdn::cuda::mma {
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using cuda::smem_u32;  // (tma.cuh)
 
 // Four 8 x 8 tiles of 16-bit elements; lane l gives the address of row l % 8 of tile l / 8, and gets
 // elements (l / 4, 2 (l % 4) ..+1) of each tile (transposed: of each tile's transpose).
@@ -140,10 +140,11 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-// Named barriers (ids 1-15; 0 is __syncthreads) of n threads, a multiple of 32: sync waits for all n,
-// arrive counts this thread's warp without waiting. Shared-memory writes before an arrive are
-// fenced so that the threads the barrier releases see them.
-__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+// Named barriers (ids 1-15; 0 is __syncthreads) of n threads, a multiple of 32: sync waits for all n
+// (tma.cuh's), arrive counts this thread's warp without waiting. The chunk kernels' arrive hands
+// shared-memory tiles written with ordinary stores to the threads the barrier releases, so it fences
+// them first (tma.cuh's bar_arrive, for hand-offs of asynchronous copies, does not).
+using cuda::bar_sync;
 __device__ __forceinline__ void bar_arrive(int id, int n) {
   __threadfence_block();
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
