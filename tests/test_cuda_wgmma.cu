@@ -5,7 +5,9 @@
 //     threads) computes D[64 x N] = A[64 x 16 steps] B[N x 16 steps]^T (+ C) with `steps` chained
 //     wgmma.mma_async m64nNk16 (k16 step s reads K columns 16 s .. 16 s + 15 through its own pair of
 //     descriptors), A and B K-major in shared memory, written with plain stores through the layout's
-//     offset function (128-byte swizzle, or no swizzle), all remaining 16-bit words of the tiles NaN.
+//     offset function (128-byte swizzle, or no swizzle), all remaining 16-bit words of the tiles NaN;
+//     and with A M-major or B N-major (imm-trans-a / -b; stored as the 128-byte-swizzled tile of its
+//     transpose, the other operand K-major swizzled).
 //     bf16 and fp16, N = 64 and 128, 1, 2, 4 and 8 steps (8: two 64-column K blocks of the swizzled
 //     tile). Each case runs five launches:
 //       accumulate  D = C + A B^T, C loaded into the accumulators through acc_row / acc_col, every
@@ -20,7 +22,9 @@
 //   near 1e-7 of that sum; a misplaced element or a wrong fragment map is of the order of one product,
 //   about 1e-2 of it). The largest error seen is printed.
 //   CudaWgmmaHost.*: the descriptor's bit fields, the layouts' offsets (one slot per element, the
-//   128-byte swizzle equal to the address-bit XOR form), the fragment map covering 64 x N once.
+//   128-byte swizzle equal to the address-bit XOR form), each step's descriptor addressing the
+//   layout's elements (K-major, and M/N-major from the canonical layout's strides), the fragment map
+//   covering 64 x N once.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -40,25 +44,34 @@
 namespace {
 namespace wg = gdn::cuda::wgmma;
 
-enum class Layout { kSw128, kInterleave };
+// kSw128MnA / kSw128MnB: A M-major / B N-major (stored as the sw128 tile of its transpose), the other
+// operand K-major sw128.
+enum class Layout { kSw128, kInterleave, kSw128MnA, kSw128MnB };
 enum class Mode { kAccumulate, kOverwrite, kGroups };
 
 constexpr int kM = 64;
 
-__host__ __device__ constexpr uint32_t tile_bytes(Layout l, int rows, int kdim) {
-  return l == Layout::kSw128 ? wg::sw128_bytes(rows, kdim) : wg::interleave_bytes(rows, kdim);
+// Operand b (false: A, true: B) of layout l is M/N-major.
+__host__ __device__ constexpr bool mn_major(Layout l, bool b) {
+  return l == (b ? Layout::kSw128MnB : Layout::kSw128MnA);
+}
+__host__ __device__ constexpr uint32_t tile_bytes(Layout l, bool b, int rows, int kdim) {
+  return mn_major(l, b) ? wg::sw128_bytes(kdim, rows)
+                        : l == Layout::kInterleave ? wg::interleave_bytes(rows, kdim) : wg::sw128_bytes(rows, kdim);
 }
 #if GDN_WGMMA_ENABLED  // (device code only: referenced by the kernel's sm_90a body)
-__device__ constexpr uint32_t tile_offset(Layout l, int rows, int kdim, int row, int k) {
-  return l == Layout::kSw128 ? wg::sw128_offset(rows, row, k) : wg::interleave_offset(kdim, row, k);
+__device__ constexpr uint32_t tile_offset(Layout l, bool b, int rows, int kdim, int row, int k) {
+  return mn_major(l, b) ? wg::sw128_offset(kdim, k, row)
+                        : l == Layout::kInterleave ? wg::interleave_offset(kdim, row, k) : wg::sw128_offset(rows, row, k);
 }
-__device__ constexpr uint64_t tile_desc(Layout l, uint32_t addr, int rows, int kdim, int step) {
-  return l == Layout::kSw128 ? wg::sw128_desc(addr, rows, step) : wg::interleave_desc(addr, kdim, step);
+__device__ constexpr uint64_t tile_desc(Layout l, bool b, uint32_t addr, int rows, int kdim, int step) {
+  return mn_major(l, b) ? wg::sw128_mn_desc(addr, kdim, step)
+                        : l == Layout::kInterleave ? wg::interleave_desc(addr, kdim, step) : wg::sw128_desc(addr, rows, step);
 }
 #endif
 // Dynamic shared memory of a launch: both tiles and up to 1023 bytes to align the base to 1024.
 constexpr size_t smem_bytes(Layout l, int n, int steps) {
-  return tile_bytes(l, kM, 16 * steps) + tile_bytes(l, n, 16 * steps) + 1024;
+  return tile_bytes(l, false, kM, 16 * steps) + tile_bytes(l, true, n, 16 * steps) + 1024;
 }
 
 // status: 0 ok, 1 built without sm_90a code (never launched then), 2 shared base misaligned.
@@ -72,23 +85,24 @@ __global__ void __launch_bounds__(128, 1)
   constexpr int kdim = 16 * STEPS;
   const uint32_t raw = gdn::cuda::mma::smem_u32(smem_raw);
   unsigned char* const tile_a = smem_raw + ((1024u - (raw & 1023u)) & 1023u);
-  unsigned char* const tile_b = tile_a + tile_bytes(L, kM, kdim);
+  unsigned char* const tile_b = tile_a + tile_bytes(L, false, kM, kdim);
   const uint32_t addr_a = gdn::cuda::mma::smem_u32(tile_a), addr_b = gdn::cuda::mma::smem_u32(tile_b);
   if ((addr_a & 1023u) != 0 || (addr_b & 1023u) != 0) {
     if (t == 0) *status = 2;
     return;
   }
   // every 16-bit word NaN, then the elements through the layout's offsets
-  const uint32_t words = (tile_bytes(L, kM, kdim) + tile_bytes(L, N, kdim)) / 2;
+  const uint32_t words = (tile_bytes(L, false, kM, kdim) + tile_bytes(L, true, N, kdim)) / 2;
   for (uint32_t w = t; w < words; w += 128) reinterpret_cast<uint16_t*>(tile_a)[w] = 0x7FFF;
   __syncthreads();
   for (int e = t; e < kM * kdim; e += 128)
-    *reinterpret_cast<uint16_t*>(tile_a + tile_offset(L, kM, kdim, e / kdim, e % kdim)) = a[e];
+    *reinterpret_cast<uint16_t*>(tile_a + tile_offset(L, false, kM, kdim, e / kdim, e % kdim)) = a[e];
   for (int e = t; e < N * kdim; e += 128)
-    *reinterpret_cast<uint16_t*>(tile_b + tile_offset(L, N, kdim, e / kdim, e % kdim)) = b[e];
+    *reinterpret_cast<uint16_t*>(tile_b + tile_offset(L, true, N, kdim, e / kdim, e % kdim)) = b[e];
   wg::fence_proxy_async();  // the plain stores above, visible to the async proxy (wgmma's reads)
   __syncthreads();
 
+  constexpr bool kTA = mn_major(L, false), kTB = mn_major(L, true);
   float acc[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = c[wg::acc_row(t, i) * N + wg::acc_col(t, i)];
@@ -97,7 +111,8 @@ __global__ void __launch_bounds__(128, 1)
     wg::fence();  // (inside each branch: a branch between the fence and the wgmma makes ptxas add one)
 #pragma unroll
     for (int s = 0; s < STEPS; ++s) {
-      wg::mma<T, N>(acc, tile_desc(L, addr_a, kM, kdim, s), tile_desc(L, addr_b, N, kdim, s), true);
+      wg::mma<T, N, kTA, kTB>(acc, tile_desc(L, false, addr_a, kM, kdim, s), tile_desc(L, true, addr_b, N, kdim, s),
+                              true);
       wg::commit();
     }
     wg::wait<1>();  // the last step's group may still be running here
@@ -106,7 +121,8 @@ __global__ void __launch_bounds__(128, 1)
     wg::fence();
 #pragma unroll
     for (int s = 0; s < STEPS; ++s)
-      wg::mma<T, N>(acc, tile_desc(L, addr_a, kM, kdim, s), tile_desc(L, addr_b, N, kdim, s), !(overwrite && s == 0));
+      wg::mma<T, N, kTA, kTB>(acc, tile_desc(L, false, addr_a, kM, kdim, s), tile_desc(L, true, addr_b, N, kdim, s),
+                              !(overwrite && s == 0));
     wg::commit();
   }
   wg::wait<0>();
@@ -150,14 +166,18 @@ struct Param {
   int steps;
 };
 std::string param_name(const ::testing::TestParamInfo<Param>& i) {
-  return std::string(i.param.fp16 ? "fp16" : "bf16") + "_N" + std::to_string(i.param.n) +
-         (i.param.layout == Layout::kSw128 ? "_sw128" : "_noswizzle") + "_k" + std::to_string(i.param.steps);
+  const char* l = i.param.layout == Layout::kSw128       ? "_sw128"
+                  : i.param.layout == Layout::kSw128MnA  ? "_sw128_Mmajor"
+                  : i.param.layout == Layout::kSw128MnB  ? "_sw128_Nmajor"
+                                                         : "_noswizzle";
+  return std::string(i.param.fp16 ? "fp16" : "bf16") + "_N" + std::to_string(i.param.n) + l + "_k" +
+         std::to_string(i.param.steps);
 }
 std::vector<Param> params() {
   std::vector<Param> v;
   for (bool fp16 : {false, true})
     for (int n : {64, 128})
-      for (Layout l : {Layout::kSw128, Layout::kInterleave})
+      for (Layout l : {Layout::kSw128, Layout::kInterleave, Layout::kSw128MnA, Layout::kSw128MnB})
         for (int steps : {1, 2, 4, 8}) v.push_back({fp16, n, l, steps});
   return v;
 }
@@ -233,7 +253,7 @@ double run_case(Mode mode, bool integers, uint32_t seed) {
 
 template <typename T, int N, Layout L, int STEPS>
 void run_all() {
-  const uint32_t seed = 1000u * STEPS + N + (L == Layout::kSw128 ? 0 : 7) + (std::is_same_v<T, __half> ? 3 : 0);
+  const uint32_t seed = 1000u * STEPS + N + 7u * static_cast<uint32_t>(L) + (std::is_same_v<T, __half> ? 3 : 0);
   double worst = 0;
   for (bool integers : {true, false})
     for (Mode mode : {Mode::kAccumulate, Mode::kOverwrite}) {
@@ -259,13 +279,21 @@ void dispatch_steps(int steps) {
     default: FAIL() << "no kernel for " << steps << " steps";
   }
 }
+template <typename T, int N>
+void dispatch_layout(const Param& p) {
+  switch (p.layout) {
+    case Layout::kSw128: return dispatch_steps<T, N, Layout::kSw128>(p.steps);
+    case Layout::kInterleave: return dispatch_steps<T, N, Layout::kInterleave>(p.steps);
+    case Layout::kSw128MnA: return dispatch_steps<T, N, Layout::kSw128MnA>(p.steps);
+    case Layout::kSw128MnB: return dispatch_steps<T, N, Layout::kSw128MnB>(p.steps);
+  }
+}
 template <typename T>
 void dispatch(const Param& p) {
-  const bool sw = p.layout == Layout::kSw128;
   if (p.n == 64)
-    sw ? dispatch_steps<T, 64, Layout::kSw128>(p.steps) : dispatch_steps<T, 64, Layout::kInterleave>(p.steps);
+    dispatch_layout<T, 64>(p);
   else
-    sw ? dispatch_steps<T, 128, Layout::kSw128>(p.steps) : dispatch_steps<T, 128, Layout::kInterleave>(p.steps);
+    dispatch_layout<T, 128>(p);
 }
 
 class CudaWgmma : public ::testing::TestWithParam<Param> {};
@@ -377,6 +405,38 @@ TEST(CudaWgmmaHost, DescriptorsAddressTheLayoutsElements) {
                 << "no swizzle rows " << rows << " kdim " << kdim << " step " << s << " (" << r << ", " << k << ")";
           }
     }
+}
+
+// The same for an M/N-major operand, from the canonical MN-major layout of the 128-byte swizzle: MN
+// element m at 2 (m % 8) bytes in its 16-byte chunk, chunks (m / 8) % 8 of a 128-byte row, 64-element
+// blocks LBO apart; K element k in row k % 8 of an 8-row group, groups SBO apart; then address bits
+// 4-6 XOR bits 7-9.
+uint32_t model_mn_address(uint64_t desc, int m, int k) {
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3FFFu) << 4;
+  const uint32_t lbo = static_cast<uint32_t>((desc >> 16) & 0x3FFFu) << 4;
+  const uint32_t sbo = static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4;
+  EXPECT_EQ(desc >> 62, 1u);
+  const uint32_t a = start + (m % 8) * 2u + ((m / 8) % 8) * 16u + (m / 64) * lbo + (k % 8) * 128u + (k / 8) * sbo;
+  return a ^ (((a >> 7) & 7u) << 4);
+}
+
+TEST(CudaWgmmaHost, MnMajorDescriptorsAddressTheTransposedTile) {
+  const uint32_t base = 0x6000;  // 1024-byte aligned
+  for (int mn : {64, 128})
+    for (int steps : {1, 2, 4, 8}) {
+      const int kdim = 16 * steps;
+      for (int s = 0; s < steps; ++s)
+        for (int m = 0; m < mn; ++m)
+          for (int k = 0; k < 16; ++k)
+            ASSERT_EQ(model_mn_address(wg::sw128_mn_desc(base, kdim, s), m, k),
+                      base + wg::sw128_offset(kdim, 16 * s + k, m))
+                << "mn " << mn << " steps " << steps << " step " << s << " (" << m << ", " << k << ")";
+    }
+  // the fields: LBO = the 64-element blocks' distance (kdim rows of 128 bytes), SBO = 1024
+  const uint64_t d = wg::sw128_mn_desc(base, 64, 3);
+  EXPECT_EQ((d & 0x3FFFu) << 4, base + 3u * 2048u);
+  EXPECT_EQ(((d >> 16) & 0x3FFFu) << 4, 64u * 128u);
+  EXPECT_EQ(((d >> 32) & 0x3FFFu) << 4, 1024u);
 }
 
 TEST(CudaWgmmaHost, AccumulatorFragmentCoversTheTileOnce) {

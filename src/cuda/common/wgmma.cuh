@@ -44,6 +44,15 @@
 //     in it, element (r, k) is at r * 128 + (((k % 64) / 8) ^ (r % 8)) * 16 + (k % 8) * 2.
 //     The tile base must be 1024-byte aligned. k16 step s: start = base + (s / 4) rows 128 + (s % 4) 32,
 //     LBO 16, SBO 1024.
+//   sw128 M/N-major (the MN index contiguous; imm-trans-a / imm-trans-b = 1, 16-bit types only):
+//     an `mn` x `kdim` operand stored as the sw128 tile of its transpose, kdim rows of the MN index:
+//     element (m, k) at sw128_offset(kdim, k, m). That is the canonical MN-major layout of the
+//     128-byte swizzle (8 elements per 16-byte chunk, 8 chunks per 128-byte row of one K index,
+//     8 such rows a 1024-byte atom): 64-element MN blocks LBO = kdim * 128 bytes apart, 8-row K
+//     groups SBO = 1024 apart; k16 step s: start = base + 2048 s. It is what a TMA copy with the
+//     128-byte swizzle writes for a box of kdim rows (say tokens) of 64 contiguous elements (say
+//     the key dimension): the same tile serves as the K-major operand of a product over the
+//     columns and as the M/N-major operand of a product over the rows.
 //   interleave (K-major, no swizzle), `rows` x `kdim` (rows % 8 == 0, kdim % 16 == 0): core matrix
 //     (r / 8, k / 8) at ((r / 8) * (kdim / 8) + k / 8) * 128, element (r, k) at + (r % 8) * 16 + (k % 8) * 2.
 //     k16 step s: start = base + 256 s, LBO 128, SBO kdim * 16. Base 16-byte aligned.
@@ -68,10 +77,11 @@
 //   fence_proxy_async() fence.proxy.async.shared::cta: wgmma reads shared memory through the async proxy;
 //                       operands written with ordinary stores need this fence by each writing thread, then
 //                       a barrier, before the wgmma is issued (TMA-written operands need none).
-//   mma<T, N>(d, desc_a, desc_b, accumulate)   wgmma.mma_async m64nNk16 .f32 accumulators, A and B K-major
-//                       from shared memory (imm-trans-a = imm-trans-b = 0, scales +1): D = A B^T + D when
-//                       accumulate, D = A B^T when not (the input D is ignored); `accumulate` is a runtime
-//                       predicate. T = __nv_bfloat16 or __half; A is 64 x 16, B is N x 16 (both K-major).
+//   mma<T, N, kTA, kTB>(d, desc_a, desc_b, accumulate)   wgmma.mma_async m64nNk16 .f32 accumulators, A
+//                       and B from shared memory (scales +1): D = A B^T + D when accumulate, D = A B^T
+//                       when not (the input D is ignored); `accumulate` is a runtime predicate.
+//                       T = __nv_bfloat16 or __half; A is 64 x 16, B is N x 16, each K-major, or
+//                       M-major (kTA: imm-trans-a = 1) / N-major (kTB: imm-trans-b = 1).
 // fence, commit, wait and mma are executed by all 128 threads of a warpgroup (warps 4g .. 4g + 3 of the
 // block), converged; fence_proxy_async and fence_operand are per thread; the descriptor,
 // layout and fragment functions are plain arithmetic (host and device).
@@ -129,6 +139,14 @@ __host__ __device__ constexpr uint64_t sw128_desc(uint32_t tile_addr, int rows, 
   return make_desc(tile_addr + static_cast<uint32_t>(kstep / 4) * static_cast<uint32_t>(rows) * kSw128RowBytes +
                        static_cast<uint32_t>(kstep % 4) * 32u,
                    16u, kSw128AtomBytes, Swizzle::k128B);
+}
+
+// The descriptor of k16 step `kstep` of an M/N-major operand stored as the sw128 tile of its
+// transpose (kdim rows; its MN extent: 64 elements per 128-byte row, blocks of 64 kdim * 128 bytes
+// apart).
+__host__ __device__ constexpr uint64_t sw128_mn_desc(uint32_t tile_addr, int kdim, int kstep) {
+  return make_desc(tile_addr + static_cast<uint32_t>(kstep) * 16u * kSw128RowBytes,
+                   static_cast<uint32_t>(kdim) * kSw128RowBytes, kSw128AtomBytes, Swizzle::k128B);
 }
 
 // ---- K-major tile, no swizzle (core matrices, K-adjacent ones packed; layout in the top comment) ----
@@ -204,24 +222,25 @@ __device__ __forceinline__ void fence_operand(float (&d)[N]) {
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "        \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-// One instruction: accumulators D (operands 0 .. N/2-1), then desc A, desc B, the accumulate flag.
-#define GDN_WGMMA_ASM(SHAPE_TYPES, REGS, IA, IB, IP)                                                   \
+// One instruction: accumulators D (operands 0 .. N/2-1), then desc A, desc B, the accumulate flag,
+// imm-trans-a, imm-trans-b (immediates).
+#define GDN_WGMMA_ASM(SHAPE_TYPES, REGS, IA, IB, IP, ITA, ITB)                                          \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\nwgmma.mma_async.sync.aligned." SHAPE_TYPES " " REGS \
-  ", %" IA ", %" IB ", p, 1, 1, 0, 0;\n}\n"
+  ", %" IA ", %" IB ", p, 1, 1, %" ITA ", %" ITB ";\n}\n"
 
-template <typename T>
+template <typename T, bool kTA = false, bool kTB = false>
 __device__ __forceinline__ void mma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "bf16 or fp16 inputs");
 #if GDN_WGMMA_ENABLED
   if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(GDN_WGMMA_ASM("m64n64k16.f32.f16.f16", GDN_WGMMA_R32, "32", "33", "34")
+    asm volatile(GDN_WGMMA_ASM("m64n64k16.f32.f16.f16", GDN_WGMMA_R32, "32", "33", "34", "35", "36")
                  : GDN_WGMMA_D32
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate))
+                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTA ? 1 : 0), "n"(kTB ? 1 : 0)
                  : "memory");
   } else {
-    asm volatile(GDN_WGMMA_ASM("m64n64k16.f32.bf16.bf16", GDN_WGMMA_R32, "32", "33", "34")
+    asm volatile(GDN_WGMMA_ASM("m64n64k16.f32.bf16.bf16", GDN_WGMMA_R32, "32", "33", "34", "35", "36")
                  : GDN_WGMMA_D32
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate))
+                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTA ? 1 : 0), "n"(kTB ? 1 : 0)
                  : "memory");
   }
 #else
@@ -229,19 +248,19 @@ __device__ __forceinline__ void mma_m64n64k16(float (&d)[32], uint64_t desc_a, u
 #endif
 }
 
-template <typename T>
+template <typename T, bool kTA = false, bool kTB = false>
 __device__ __forceinline__ void mma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "bf16 or fp16 inputs");
 #if GDN_WGMMA_ENABLED
   if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(GDN_WGMMA_ASM("m64n128k16.f32.f16.f16", GDN_WGMMA_R64, "64", "65", "66")
+    asm volatile(GDN_WGMMA_ASM("m64n128k16.f32.f16.f16", GDN_WGMMA_R64, "64", "65", "66", "67", "68")
                  : GDN_WGMMA_D64
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate))
+                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTA ? 1 : 0), "n"(kTB ? 1 : 0)
                  : "memory");
   } else {
-    asm volatile(GDN_WGMMA_ASM("m64n128k16.f32.bf16.bf16", GDN_WGMMA_R64, "64", "65", "66")
+    asm volatile(GDN_WGMMA_ASM("m64n128k16.f32.bf16.bf16", GDN_WGMMA_R64, "64", "65", "66", "67", "68")
                  : GDN_WGMMA_D64
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate))
+                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTA ? 1 : 0), "n"(kTB ? 1 : 0)
                  : "memory");
   }
 #else
@@ -255,14 +274,14 @@ __device__ __forceinline__ void mma_m64n128k16(float (&d)[64], uint64_t desc_a, 
 #undef GDN_WGMMA_D64
 #undef GDN_WGMMA_D32
 
-// N = 64 or 128: d has N / 2 floats.
-template <typename T, int N>
+// N = 64 or 128: d has N / 2 floats. kTA / kTB: A M-major / B N-major.
+template <typename T, int N, bool kTA = false, bool kTB = false>
 __device__ __forceinline__ void mma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
   static_assert(N == 64 || N == 128, "m64n64k16 or m64n128k16");
   if constexpr (N == 64) {
-    mma_m64n64k16<T>(d, desc_a, desc_b, accumulate);
+    mma_m64n64k16<T, kTA, kTB>(d, desc_a, desc_b, accumulate);
   } else {
-    mma_m64n128k16<T>(d, desc_a, desc_b, accumulate);
+    mma_m64n128k16<T, kTA, kTB>(d, desc_a, desc_b, accumulate);
   }
 }
 
