@@ -378,15 +378,20 @@ TEST(CudaWgmmaHost, InterleaveLayoutOneSlotPerElement) {
 // swizzle) or adjacent 16-byte chunks (swizzle); then, with the 128-byte swizzle, address bits 4-6 XOR
 // bits 7-9. Each step's descriptor must point every element at the slot the layout's offset function
 // gives it (the test kernel stores there).
+// A descriptor's start address, LBO and SBO in bytes, and its swizzle field.
+struct DescFields {
+  uint32_t start, lbo, sbo, sw;
+};
+DescFields desc_fields(uint64_t desc) {
+  return {static_cast<uint32_t>(desc & 0x3FFFu) << 4, static_cast<uint32_t>((desc >> 16) & 0x3FFFu) << 4,
+          static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4, static_cast<uint32_t>(desc >> 62)};
+}
 uint32_t model_address(uint64_t desc, int r, int k) {
-  const uint32_t start = static_cast<uint32_t>(desc & 0x3FFFu) << 4;
-  const uint32_t lbo = static_cast<uint32_t>((desc >> 16) & 0x3FFFu) << 4;
-  const uint32_t sbo = static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4;
-  const uint32_t sw = static_cast<uint32_t>(desc >> 62);
+  const DescFields d = desc_fields(desc);
   const uint32_t rr = r % 8, group = r / 8, half = k / 8, kk = k % 8;
-  if (sw == 0) return start + rr * 16u + group * sbo + half * lbo + kk * 2u;
-  EXPECT_EQ(sw, 1u);
-  const uint32_t a = start + rr * 128u + group * sbo + half * 16u + kk * 2u;
+  if (d.sw == 0) return d.start + rr * 16u + group * d.sbo + half * d.lbo + kk * 2u;
+  EXPECT_EQ(d.sw, 1u);
+  const uint32_t a = d.start + rr * 128u + group * d.sbo + half * 16u + kk * 2u;
   return a ^ (((a >> 7) & 7u) << 4);
 }
 
@@ -412,11 +417,10 @@ TEST(CudaWgmmaHost, DescriptorsAddressTheLayoutsElements) {
 // blocks LBO apart; K element k in row k % 8 of an 8-row group, groups SBO apart; then address bits
 // 4-6 XOR bits 7-9.
 uint32_t model_mn_address(uint64_t desc, int m, int k) {
-  const uint32_t start = static_cast<uint32_t>(desc & 0x3FFFu) << 4;
-  const uint32_t lbo = static_cast<uint32_t>((desc >> 16) & 0x3FFFu) << 4;
-  const uint32_t sbo = static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4;
-  EXPECT_EQ(desc >> 62, 1u);
-  const uint32_t a = start + (m % 8) * 2u + ((m / 8) % 8) * 16u + (m / 64) * lbo + (k % 8) * 128u + (k / 8) * sbo;
+  const DescFields d = desc_fields(desc);
+  EXPECT_EQ(d.sw, 1u);
+  const uint32_t a =
+      d.start + (m % 8) * 2u + ((m / 8) % 8) * 16u + (m / 64) * d.lbo + (k % 8) * 128u + (k / 8) * d.sbo;
   return a ^ (((a >> 7) & 7u) << 4);
 }
 
