@@ -372,12 +372,6 @@ TEST(CudaWgmmaHost, InterleaveLayoutOneSlotPerElement) {
     }
 }
 
-// Where the hardware reads element (r, k) of a k16 slice (r < rows, k < 16) of a K-major operand, from
-// the descriptor's fields alone: rows r % 8 of an 8-row group at 16 bytes (no swizzle) or 128 bytes
-// (128-byte swizzle) apart, groups SBO apart; the two 8-element halves of the slice LBO apart (no
-// swizzle) or adjacent 16-byte chunks (swizzle); then, with the 128-byte swizzle, address bits 4-6 XOR
-// bits 7-9. Each step's descriptor must point every element at the slot the layout's offset function
-// gives it (the test kernel stores there).
 // A descriptor's start address, LBO and SBO in bytes, and its swizzle field.
 struct DescFields {
   uint32_t start, lbo, sbo, sw;
@@ -386,6 +380,13 @@ DescFields desc_fields(uint64_t desc) {
   return {static_cast<uint32_t>(desc & 0x3FFFu) << 4, static_cast<uint32_t>((desc >> 16) & 0x3FFFu) << 4,
           static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4, static_cast<uint32_t>(desc >> 62)};
 }
+
+// Where the hardware reads element (r, k) of a k16 slice (r < rows, k < 16) of a K-major operand, from
+// the descriptor's fields alone: rows r % 8 of an 8-row group at 16 bytes (no swizzle) or 128 bytes
+// (128-byte swizzle) apart, groups SBO apart; the two 8-element halves of the slice LBO apart (no
+// swizzle) or adjacent 16-byte chunks (swizzle); then, with the 128-byte swizzle, address bits 4-6 XOR
+// bits 7-9. Each step's descriptor must point every element at the slot the layout's offset function
+// gives it (the test kernel stores there).
 uint32_t model_address(uint64_t desc, int r, int k) {
   const DescFields d = desc_fields(desc);
   const uint32_t rr = r % 8, group = r / 8, half = k / 8, kk = k % 8;
@@ -437,10 +438,10 @@ TEST(CudaWgmmaHost, MnMajorDescriptorsAddressTheTransposedTile) {
                 << "mn " << mn << " steps " << steps << " step " << s << " (" << m << ", " << k << ")";
     }
   // the fields: LBO = the 64-element blocks' distance (kdim rows of 128 bytes), SBO = 1024
-  const uint64_t d = wg::sw128_mn_desc(base, 64, 3);
-  EXPECT_EQ((d & 0x3FFFu) << 4, base + 3u * 2048u);
-  EXPECT_EQ(((d >> 16) & 0x3FFFu) << 4, 64u * 128u);
-  EXPECT_EQ(((d >> 32) & 0x3FFFu) << 4, 1024u);
+  const DescFields d = desc_fields(wg::sw128_mn_desc(base, 64, 3));
+  EXPECT_EQ(d.start, base + 3u * 2048u);
+  EXPECT_EQ(d.lbo, 64u * 128u);
+  EXPECT_EQ(d.sbo, 1024u);
 }
 
 TEST(CudaWgmmaHost, AccumulatorFragmentCoversTheTileOnce) {
