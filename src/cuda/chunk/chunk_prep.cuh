@@ -88,9 +88,15 @@ __device__ __forceinline__ void stage_chunk(const ChunkParams& p, const ChunkSrc
   mma::bar_sync(bar, kGroupThreads);
 }
 
-// The (row block, column block) tiles of P and L each producer warp computes: 10 tiles, 3/3/2/2
-// (code 4 b + m; -1: none).
+// The (row block, column block) tiles of P and L each producer warp computes: 10 tiles. The chunk
+// kernel's producers: 3/3/2/2 tiles, each on its own (code 4 b + m; -1: none). The prep kernel
+// (overlaid layouts): 3/3/2/2 tiles as runs of column blocks in one row block, whose tiles share
+// their q and k fragments (run r of warp w: {row block b, first column block m, tiles n}, the column
+// blocks m .. m + n - 1; n 0: none). Runs beside the chunk kernel's consumers lengthen their chain.
 __constant__ const int8_t kTiles[4][3] = {{12, 13, 0}, {14, 15, 5}, {8, 9, -1}, {10, 4, -1}};
+constexpr int kPrepRun = 3;  // tiles a run, at most
+__constant__ const int8_t kRuns[4][2][3] = {{{3, 0, 3}, {0, 0, 0}}, {{2, 0, 3}, {0, 0, 0}}, {{3, 3, 1}, {0, 0, 1}},
+                                            {{1, 0, 2}, {0, 0, 0}}};
 
 // What the chunk in buffer buf needs beside the state, from its staged inputs: the gates, norms, P,
 // L, T's diagonal blocks and [W | U].
@@ -159,69 +165,86 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
   // P and L tiles (16 x 16, column block m <= row block b) of this warp. Overlaid, P and L's blocks
   // below the diagonal (over q) wait in registers (16-bit pairs, index 2 r + half) for the barrier.
   constexpr bool kOver = Overlaid<L>::value;
-  uint32_t hp[3][4], hl[3][4];
+  constexpr int kRun = kOver ? kPrepRun : 1, kNRun = kOver ? 2 : 3;  // tiles a run, runs a warp
+  uint32_t hp[kNRun][kRun][4], hl[kNRun][kRun][4];                  // (run, tile of the run)
 #pragma unroll
-  for (int s = 0; s < 3; ++s) {
-    const int code = kTiles[w][s];
-    if (code < 0) break;
-    const int b = code >> 2, m = code & 3;
-    float accP[2][4] = {}, accL[2][4] = {};
+  for (int run = 0; run < kNRun; ++run) {
+    int b, m0, nt;
+    if constexpr (kOver) {
+      b = kRuns[w][run][0], m0 = kRuns[w][run][1], nt = kRuns[w][run][2];
+    } else {
+      const int code = kTiles[w][run];
+      b = code >> 2, m0 = code & 3, nt = code < 0 ? 0 : 1;
+    }
+    if (nt == 0) break;
+    float accP[kRun][2][4] = {}, accL[kRun][2][4] = {};
 #pragma unroll
     for (int kt = 0; kt < kK / 16; ++kt) {
-      uint32_t aq[4], ak[4], bk[4];
+      uint32_t aq[4], ak[4];
       mma::ldsm4(aq, mma::a_tile(cq, kLdK, 16 * b, 16 * kt, lane));
       mma::ldsm4(ak, mma::a_tile(ck, kLdK, 16 * b, 16 * kt, lane));
-      mma::ldsm4(bk, mma::bt_pair(ck, kLdK, 16 * m, 16 * kt, lane));
-      mma::mma16816<TAct>(accP[0], aq, bk[0], bk[1]);
-      mma::mma16816<TAct>(accP[1], aq, bk[2], bk[3]);
-      mma::mma16816<TAct>(accL[0], ak, bk[0], bk[1]);
-      mma::mma16816<TAct>(accL[1], ak, bk[2], bk[3]);
+#pragma unroll
+      for (int j = 0; j < kRun; ++j)
+        if (kRun == 1 || j < nt) {
+          uint32_t bk[4];
+          mma::ldsm4(bk, mma::bt_pair(ck, kLdK, 16 * (m0 + j), 16 * kt, lane));
+          mma::mma16816<TAct>(accP[j][0], aq, bk[0], bk[1]);
+          mma::mma16816<TAct>(accP[j][1], aq, bk[2], bk[3]);
+          mma::mma16816<TAct>(accL[j][0], ak, bk[0], bk[1]);
+          mma::mma16816<TAct>(accL[j][1], ak, bk[2], bk[3]);
+        }
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int i = 16 * b + gq + 8 * r;
-      const float Gi = cvv.G[i], nqi = cvv.nq[i], lki = cvv.beta[i] * cvv.nk[i];
+    for (int j = 0; j < kRun; ++j)
+      if (kRun == 1 || j < nt) {
+        const int m = m0 + j;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float pv[2], lv[2];
+        for (int r = 0; r < 2; ++r) {
+          const int i = 16 * b + gq + 8 * r;
+          const float Gi = cvv.G[i], nqi = cvv.nq[i], lki = cvv.beta[i] * cvv.nk[i];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = 16 * m + 8 * half + cq2 + e;
-          const float dec = j <= i ? expf(Gi - cvv.G[j]) * cvv.nk[j] : 0.f;
-          pv[e] = accP[half][2 * r + e] * nqi * dec;
-          lv[e] = j < i ? accL[half][2 * r + e] * lki * dec : 0.f;
-        }
-        const int j0 = 16 * m + 8 * half + cq2;
-        if constexpr (kOver) hp[s][2 * r + half] = mma::pack2<TAct>(pv[0], pv[1]);
-        else st2(sP + i * kLdL + j0, pv[0], pv[1]);
-        if (m < b) {
-          if constexpr (kOver) hl[s][2 * r + half] = mma::pack2<TAct>(lv[0], lv[1]);
-          else st2(sLb + i * kLdL + j0, lv[0], lv[1]);
-        } else {
-          float* d = sLd + b * 16 * 17 + (i - 16 * b) * 17 + (j0 - 16 * b);
-          d[0] = lv[0];
-          d[1] = lv[1];
+          for (int half = 0; half < 2; ++half) {
+            float pv[2], lv[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int jc = 16 * m + 8 * half + cq2 + e;
+              const float dec = jc <= i ? expf(Gi - cvv.G[jc]) * cvv.nk[jc] : 0.f;
+              pv[e] = accP[j][half][2 * r + e] * nqi * dec;
+              lv[e] = jc < i ? accL[j][half][2 * r + e] * lki * dec : 0.f;
+            }
+            const int j0 = 16 * m + 8 * half + cq2;
+            if constexpr (kOver) hp[run][j][2 * r + half] = mma::pack2<TAct>(pv[0], pv[1]);
+            else st2(sP + i * kLdL + j0, pv[0], pv[1]);
+            if (m < b) {
+              if constexpr (kOver) hl[run][j][2 * r + half] = mma::pack2<TAct>(lv[0], lv[1]);
+              else st2(sLb + i * kLdL + j0, lv[0], lv[1]);
+            } else {
+              float* d = sLd + b * 16 * 17 + (i - 16 * b) * 17 + (j0 - 16 * b);
+              d[0] = lv[0];
+              d[1] = lv[1];
+            }
+          }
         }
       }
-    }
   }
   mma::bar_sync(kProd, kGroupThreads);
   if constexpr (kOver) {  // every warp's reads of q and k are done
 #pragma unroll
-    for (int s = 0; s < 3; ++s) {
-      const int code = kTiles[w][s];
-      if (code < 0) break;
-      const int b = code >> 2, m = code & 3;
-      TAct* lb = sLb + (b * (b - 1) / 2 + m) * 16 * kLdB;
+    for (int run = 0; run < kNRun; ++run)
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+      for (int j = 0; j < kRun; ++j) {
+        if (j >= kRuns[w][run][2]) break;
+        const int b = kRuns[w][run][0], m = kRuns[w][run][1] + j;
+        TAct* lb = sLb + (b * (b - 1) / 2 + m) * 16 * kLdB;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = 16 * b + gq + 8 * r, j0 = 16 * m + 8 * half + cq2;
-          *reinterpret_cast<uint32_t*>(sP + i * kLdL + j0) = hp[s][2 * r + half];
-          if (m < b) *reinterpret_cast<uint32_t*>(lb + (gq + 8 * r) * kLdB + 8 * half + cq2) = hl[s][2 * r + half];
-        }
-    }
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int i = 16 * b + gq + 8 * r, j0 = 16 * m + 8 * half + cq2;
+            *reinterpret_cast<uint32_t*>(sP + i * kLdL + j0) = hp[run][j][2 * r + half];
+            if (m < b) *reinterpret_cast<uint32_t*>(lb + (gq + 8 * r) * kLdB + 8 * half + cq2) = hl[run][j][2 * r + half];
+          }
+      }
   }
 
   // D_w = (I + L_ww)^-1 by forward substitution, column c per lane (lanes 16-31 repeat 0-15), and its
