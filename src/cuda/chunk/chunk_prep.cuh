@@ -167,15 +167,19 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
   constexpr bool kOver = Overlaid<L>::value;
   constexpr int kRun = kOver ? kPrepRun : 1, kNRun = kOver ? 2 : 3;  // tiles a run, runs a warp
   uint32_t hp[kNRun][kRun][4], hl[kNRun][kRun][4];                  // (run, tile of the run)
-#pragma unroll
-  for (int run = 0; run < kNRun; ++run) {
-    int b, m0, nt;
+  // Run `run` of this warp: row block b, column blocks m0 .. m0 + nt - 1 (nt 0: none).
+  auto run_at = [&](int run, int& b, int& m0, int& nt) {
     if constexpr (kOver) {
       b = kRuns[w][run][0], m0 = kRuns[w][run][1], nt = kRuns[w][run][2];
     } else {
       const int code = kTiles[w][run];
       b = code >> 2, m0 = code & 3, nt = code < 0 ? 0 : 1;
     }
+  };
+#pragma unroll
+  for (int run = 0; run < kNRun; ++run) {
+    int b, m0, nt;
+    run_at(run, b, m0, nt);
     if (nt == 0) break;
     float accP[kRun][2][4] = {}, accL[kRun][2][4] = {};
 #pragma unroll
@@ -233,8 +237,10 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
     for (int run = 0; run < kNRun; ++run)
 #pragma unroll
       for (int j = 0; j < kRun; ++j) {
-        if (j >= kRuns[w][run][2]) break;
-        const int b = kRuns[w][run][0], m = kRuns[w][run][1] + j;
+        int b, m0, nt;
+        run_at(run, b, m0, nt);
+        if (j >= nt) break;
+        const int m = m0 + j;
         TAct* lb = sLb + (b * (b - 1) / 2 + m) * 16 * kLdB;
 #pragma unroll
         for (int r = 0; r < 2; ++r)
