@@ -234,11 +234,11 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
   mma::bar_sync(kProd, kGroupThreads);
   if constexpr (kOver) {  // every warp's reads of q and k are done
 #pragma unroll
-    for (int run = 0; run < kNRun; ++run)
+    for (int run = 0; run < kNRun; ++run) {
+      int b, m0, nt;
+      run_at(run, b, m0, nt);
 #pragma unroll
       for (int j = 0; j < kRun; ++j) {
-        int b, m0, nt;
-        run_at(run, b, m0, nt);
         if (j >= nt) break;
         const int m = m0 + j;
         TAct* lb = sLb + (b * (b - 1) / 2 + m) * 16 * kLdB;
@@ -251,6 +251,7 @@ __device__ __forceinline__ void prep_chunk(const ChunkParams& p, unsigned char* 
             if (m < b) *reinterpret_cast<uint32_t*>(lb + (gq + 8 * r) * kLdB + 8 * half + cq2) = hl[run][j][2 * r + half];
           }
       }
+    }
   }
 
   // D_w = (I + L_ww)^-1 by forward substitution, column c per lane (lanes 16-31 repeat 0-15), and its
