@@ -12,7 +12,8 @@
 //   CudaAttentionChunk.IdenticalBytesRunAfterRun: the same call twice, every output bit for bit.
 //   CudaAttentionChunkSplit.SameBytesAsTheProducers: the split form (prep kernel) against the
 //     producers' form (chunk32) on the same batch: every output and pool bit for bit, bf16
-//     activations, both state dtypes, conv widths 2, 4, 5, token rows in order and interleaved
+//     activations with both state dtypes and conv widths 2, 4, 5, fp16 with float32 state and
+//     width 4, token rows in order and interleaved
 //     (the final state of a sequence whose last chunk is partial included: both take the decay of
 //     the last token, chunk_prep.cuh).
 //   CudaAttentionChunkOffsets.DecreasingOffsetsTakeTheStep: the same kind of batch with a decreasing
@@ -192,20 +193,23 @@ TEST_P(CudaAttentionChunk, IdenticalBytesRunAfterRun) {
 TEST(CudaAttentionChunkSplit, SameBytesAsTheProducers) {
   const Backend split(Backend::kCUDA, Path::kChunkSplit), prod(Backend::kCUDA, Path::kChunk32);
   PROP_SKIP_IF_UNAVAILABLE(split);
-  for (DType ssm : {DType::kFloat32, DType::kBFloat16})
-    for (int W : {4, 2, 5})
-      for (bool reorder : {false, true}) {
-        Rng r(74 + W);
-        const AttnProblem p = make_problem(DType::kBFloat16, ssm, SpecConvLayout::kPerToken, r, reorder, W);
-        SCOPED_TRACE(::testing::Message() << "state " << dtype_short(ssm) << ", W " << W << ", reorder " << reorder);
-        const AttnRun a = run_copy(split, p, 1), b = run_copy(prod, p, 1);
-        PROP_ASSERT_OK(a.st);
-        PROP_ASSERT_OK(b.st);
-        EXPECT_EQ(byte_diff(a.core, b.core), "") << "core_attn_out";
-        EXPECT_EQ(byte_diff(a.z, b.z), "") << "z";
-        EXPECT_EQ(byte_diff(a.p.conv_pool, b.p.conv_pool), "") << "conv pool";
-        EXPECT_EQ(byte_diff(a.p.ssm_pool, b.p.ssm_pool), "") << "ssm pool";
-      }
+  for (DType act : {DType::kBFloat16, DType::kFloat16})
+    for (DType ssm : {DType::kFloat32, DType::kBFloat16})
+      for (int W : {4, 2, 5})
+        for (bool reorder : {false, true}) {
+          if (act == DType::kFloat16 && (ssm != DType::kFloat32 || W != 4)) continue;  // fp16: one case a layout order
+          Rng r(74 + W);
+          const AttnProblem p = make_problem(act, ssm, SpecConvLayout::kPerToken, r, reorder, W);
+          SCOPED_TRACE(::testing::Message() << dtype_short(act) << ", state " << dtype_short(ssm) << ", W " << W
+                                            << ", reorder " << reorder);
+          const AttnRun a = run_copy(split, p, 1), b = run_copy(prod, p, 1);
+          PROP_ASSERT_OK(a.st);
+          PROP_ASSERT_OK(b.st);
+          EXPECT_EQ(byte_diff(a.core, b.core), "") << "core_attn_out";
+          EXPECT_EQ(byte_diff(a.z, b.z), "") << "z";
+          EXPECT_EQ(byte_diff(a.p.conv_pool, b.p.conv_pool), "") << "conv pool";
+          EXPECT_EQ(byte_diff(a.p.ssm_pool, b.p.ssm_pool), "") << "ssm pool";
+        }
 }
 
 // Offsets that decrease somewhere (docs/contract.md §3: that pair is an empty sequence) may make

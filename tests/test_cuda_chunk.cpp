@@ -13,14 +13,11 @@
 //     128 for the 128-column form).
 //   CudaChunkForms.IdenticalBytesRunAfterRun: the same call twice, outputs and pool bit for bit.
 //   CudaChunkSplit.SameBytesInEveryForm: the 64- and 128-column blocks, the split form (a chunk's key
-//     side prepared once per value head, as records; U solved per block; bf16 activations) and the
-//     small forms for devices of less shared memory (chunk_small, chunk_split_small) against the
-//     32-column blocks that prepare
-//     each chunk themselves: outputs and pool bit for bit (the records hold the values the
-//     producers compute, and U is solved by the same products), V = 128 and 64, float32 and bf16
-//     state, a batch whose offsets decrease too. (With fp16 activations the split form's bytes
-//     differed from the producers' within the 16-bit tolerance, cause not located: fp16 keeps the
-//     producers.)
+//     side prepared once per value head, as records; U solved per block) and the small forms for
+//     devices of less shared memory (chunk_small, chunk_split_small) against the 32-column blocks
+//     that prepare each chunk themselves: outputs and pool bit for bit (the records hold the values
+//     the producers compute, and U is solved by the same products), bf16 and fp16 activations,
+//     V = 128 and 64, float32 and bf16 state, a batch whose offsets decrease too.
 //   CudaChunkSplitWaves.SameBytesAsTheProducers: the same for a batch of 4096 blocks, most of them
 //     not resident together (the split form; the 128-column form's 1024 blocks).
 // Tolerance principle: the kernel takes its products in the activation dtype (16-bit inputs, float32
@@ -275,7 +272,7 @@ INSTANTIATE_TEST_SUITE_P(Cuda, CudaChunkForms, ::testing::ValuesIn(form_cases())
 
 std::vector<ChunkCase> split_cases() {
   std::vector<ChunkCase> v;
-  for (DType act : {DType::kBFloat16})  // the split form's activations (chunk_fit)
+  for (DType act : {DType::kBFloat16, DType::kFloat16})
     for (DType st : {DType::kFloat32, DType::kBFloat16})
       for (int64_t ratio : {1, 2}) v.push_back({act, st, ratio == 1 ? StateLayout::kVK : StateLayout::kKV, ratio, Path::kChunkSplit});
   return v;

@@ -42,10 +42,8 @@ constexpr int64_t chunk_prep_bytes(int64_t rows, int64_t nseq, int64_t HV, int64
 // What of the chunk kernel fits a device of smem_optin bytes of opt-in shared memory per block, for
 // activations act and V value columns: any form (the small forms of 32 columns), the full forms
 // (else ChunkParams::small), 64-column blocks (in the forms that fit), 128-column blocks (a full
-// form only), and the split form: bfloat16
-// activations (with float16 its outputs differ from the producers' in some bytes, within the 16-bit
-// tolerance; not explained yet, so float16 keeps the producers), V = 64 or 128 (the widths its
-// tests cover), its shared memory.
+// form only), and the split form: 16-bit activations, V = 64 or 128 (the widths its tests cover),
+// its shared memory.
 struct ChunkFit {
   bool any = false, full = false, vs64 = false, vs128 = false, split = false;
 };

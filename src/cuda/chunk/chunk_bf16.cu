@@ -12,7 +12,7 @@ ChunkFit chunk_fit(DType act, int64_t V, size_t smem_optin) {
   // the prep kernel's bytes are below either split instance's, so the instance's test covers both
   static_assert(chunk::PrepLayout::kBytes <= chunk_kernel_bytes<32, true, true>(),
                 "the prep kernel fits where the split form does");
-  f.split = act == DType::kBFloat16 && (V == 64 || V == 128) &&
+  f.split = (act == DType::kBFloat16 || act == DType::kFloat16) && (V == 64 || V == 128) &&
             (f.full || smem_optin >= chunk_kernel_bytes<32, true, true>());
   return f;
 }

@@ -60,12 +60,10 @@ Status launch_chunk_prep(const ChunkParams& p, cudaStream_t stream) {
 
 template <typename TAct, typename TState, bool kSmall>
 Status launch_chunk_forms(const ChunkParams& p, cudaStream_t stream) {
-  if constexpr (std::is_same_v<TAct, __nv_bfloat16>) {  // the split form: bfloat16, 32 columns (chunk_fit)
-    if (p.prep) {
-      const Status st = launch_chunk_prep<TAct>(p, stream);
-      if (!st.ok()) return st;
-      return launch_chunk_vs<TAct, TState, 32, true, kSmall>(p, stream);
-    }
+  if (p.prep) {  // the split form: 32 columns (chunk_fit)
+    const Status st = launch_chunk_prep<TAct>(p, stream);
+    if (!st.ok()) return st;
+    return launch_chunk_vs<TAct, TState, 32, true, kSmall>(p, stream);
   }
   if constexpr (!kSmall) {  // (the 128-column form: two buffers only)
     if (p.vs == 128) return launch_chunk_vs<TAct, TState, 128, false, false>(p, stream);
