@@ -40,9 +40,13 @@
 #include <vector>
 
 #include "cuda/common/wgmma.cuh"
+#include "wgmma_test_util.cuh"
 
 namespace {
 namespace wg = gdn::cuda::wgmma;
+using gdn::wgmma_test::DevBuf;
+using gdn::wgmma_test::from_bits;
+using gdn::wgmma_test::to_bits;
 
 // kSw128MnA / kSw128MnB: A M-major / B N-major (stored as the sw128 tile of its transpose), the other
 // operand K-major sw128.
@@ -136,29 +140,6 @@ __global__ void __launch_bounds__(128, 1)
 
 // ---- host side ----
 
-template <typename T>
-uint16_t to_bits(float x) {
-  T h;
-  if constexpr (std::is_same_v<T, __half>) {
-    h = __float2half_rn(x);
-  } else {
-    h = __float2bfloat16_rn(x);
-  }
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
-template <typename T>
-float from_bits(uint16_t u) {
-  T h;
-  std::memcpy(&h, &u, 2);
-  if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(h);
-  } else {
-    return __bfloat162float(h);
-  }
-}
-
 struct Param {
   bool fp16;
   int n;
@@ -181,13 +162,6 @@ std::vector<Param> params() {
         for (int steps : {1, 2, 4, 8}) v.push_back({fp16, n, l, steps});
   return v;
 }
-
-template <typename T>
-struct DevBuf {
-  T* p = nullptr;
-  explicit DevBuf(size_t n) { EXPECT_EQ(cudaSuccess, cudaMalloc(&p, n * sizeof(T))); }
-  ~DevBuf() { cudaFree(p); }
-};
 
 // One launch of one case and mode; checks every element of D. Returns the largest error seen relative
 // to the element's absolute sum.
@@ -299,18 +273,8 @@ void dispatch(const Param& p) {
 class CudaWgmma : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CudaWgmma, MatchesReference) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    GTEST_SKIP() << "no CUDA device available";
-  }
-  int dev = 0;
-  cudaDeviceProp prop{};
-  ASSERT_EQ(cudaSuccess, cudaGetDevice(&dev));
-  ASSERT_EQ(cudaSuccess, cudaGetDeviceProperties(&prop, dev));
-  if (prop.major != 9 || prop.minor != 0)
-    GTEST_SKIP() << "wgmma (sm_90a code) runs on compute capability 9.0 only; this device is " << prop.major << "."
-                 << prop.minor;
+  const std::string skip = gdn::wgmma_test::no_sm90a_device();
+  if (!skip.empty()) GTEST_SKIP() << skip;
   if (GetParam().fp16)
     dispatch<__half>(GetParam());
   else

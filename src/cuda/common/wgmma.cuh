@@ -1,7 +1,7 @@
 // src/cuda/common/wgmma.cuh — warpgroup MMA (wgmma, Hopper sm_90a) as inline PTX: shared-memory matrix
 // descriptors, the K-major operand tile layouts they describe (128-byte swizzle, and no swizzle), the
-// fences and async groups, and m64nNk16 (N = 64, 128) with bf16 / fp16 inputs from shared memory and
-// float32 accumulators in registers. The sm_80 primitives (mma.sync, ldmatrix) are in mma.cuh.
+// fences and async groups, and m64nNk16 (N = 64, 128) with bf16 / fp16 inputs (A from shared memory or
+// registers, B from shared memory) and float32 accumulators in registers. The sm_80 primitives (mma.sync, ldmatrix) are in mma.cuh.
 //
 // ---- Where this code exists (build) ----
 // wgmma belongs to the architecture-specific target sm_90a: PTX for plain sm_90 (or sm_80) cannot hold
@@ -66,8 +66,8 @@
 // ---- The wrappers and the rules around them ----
 //   fence()             wgmma.fence: orders this warpgroup's earlier register accesses before the next
 //                       wgmma that reads/writes those registers. Needed before the first wgmma and after
-//                       any other instruction touched the accumulators (wgmmas of the same shape chaining
-//                       into the same accumulators need none between them).
+//                       any other instruction touched the accumulators or a register A fragment (wgmmas of
+//                       the same shape chaining into the same accumulators need none between them).
 //   commit()            wgmma.commit_group: closes the wgmmas issued since the last commit into a group.
 //   wait<N>()           wgmma.wait_group N: waits until at most N groups are pending. The accumulators of a
 //                       pending wgmma must not be read or written, nor its smem operands overwritten.
@@ -82,6 +82,10 @@
 //                       when not (the input D is ignored); `accumulate` is a runtime predicate.
 //                       T = __nv_bfloat16 or __half; A is 64 x 16, B is N x 16, each K-major, or
 //                       M-major (kTA: imm-trans-a = 1) / N-major (kTB: imm-trans-b = 1).
+//   mma_rs<T, N, kTB>(d, a, desc_b, accumulate)   the same with A from registers: a is this thread's
+//                       A fragment of the 64 x 16 step (a_row / a_col; acc_to_a makes it from a k16
+//                       slice of an accumulator). The registers of a must not change until the wait
+//                       that covers the wgmma: give each step its own array.
 // fence, commit, wait and mma are executed by all 128 threads of a warpgroup (warps 4g .. 4g + 3 of the
 // block), converged; fence_proxy_async and fence_operand are per thread; the descriptor,
 // layout and fragment functions are plain arithmetic (host and device).
@@ -167,6 +171,21 @@ __host__ __device__ constexpr uint64_t interleave_desc(uint32_t tile_addr, int k
 
 __host__ __device__ constexpr int acc_row(int t, int i) { return (t / 32) * 16 + (t % 32) / 4 + ((i / 2) % 2) * 8; }
 __host__ __device__ constexpr int acc_col(int t, int i) { return (i / 4) * 8 + (t % 4) * 2 + (i % 2); }
+
+// ---- A fragment in registers (m64k16; the mma.sync m16n8k16 A fragment per warp) ----
+// Register j (0..3) of thread t holds two 16-bit values, h = 0 in the low half: row a_row(t, j),
+// columns a_col(t, j, h) of the 64 x 16 step.
+__host__ __device__ constexpr int a_row(int t, int j) { return (t / 32) * 16 + (t % 32) / 4 + (j % 2) * 8; }
+__host__ __device__ constexpr int a_col(int t, int j, int h) { return (j / 2) * 8 + (t % 4) * 2 + h; }
+// k16 slice S (columns 16 S .. 16 S + 15) of an m64nN accumulator as the A fragment of a following
+// product, rounded to T: accumulator floats 8 S + 2 j, 8 S + 2 j + 1 sit at register j's row and
+// columns (acc_row / acc_col against a_row / a_col).
+template <typename T, int S, int NF>
+__device__ __forceinline__ void acc_to_a(const float (&d)[NF], uint32_t (&a)[4]) {
+  static_assert(S >= 0 && 8 * S + 8 <= NF, "slice inside the accumulator");
+#pragma unroll
+  for (int j = 0; j < 4; ++j) a[j] = mma::pack2<T>(d[8 * S + 2 * j], d[8 * S + 2 * j + 1]);
+}
 
 // ---- fences and groups ----
 
@@ -268,6 +287,58 @@ __device__ __forceinline__ void mma_m64n128k16(float (&d)[64], uint64_t desc_a, 
 #endif
 }
 
+// A from registers (operands: D, the four A registers, desc B, the accumulate flag, imm-trans-b).
+#define GDN_WGMMA_RS_ASM(SHAPE_TYPES, REGS, A0, A1, A2, A3, IB, IP, ITB)                                  \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\nwgmma.mma_async.sync.aligned." SHAPE_TYPES " " REGS      \
+  ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" IB ", p, 1, 1, %" ITB ";\n}\n"
+
+template <typename T, bool kTB = false>
+__device__ __forceinline__ void mma_rs_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                 bool accumulate) {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "bf16 or fp16 inputs");
+#if GDN_WGMMA_ENABLED
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(GDN_WGMMA_RS_ASM("m64n64k16.f32.f16.f16", GDN_WGMMA_R32, "32", "33", "34", "35", "36", "37", "38")
+                 : GDN_WGMMA_D32
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)),
+                   "n"(kTB ? 1 : 0)
+                 : "memory");
+  } else {
+    asm volatile(GDN_WGMMA_RS_ASM("m64n64k16.f32.bf16.bf16", GDN_WGMMA_R32, "32", "33", "34", "35", "36", "37", "38")
+                 : GDN_WGMMA_D32
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)),
+                   "n"(kTB ? 1 : 0)
+                 : "memory");
+  }
+#else
+  __trap();
+#endif
+}
+
+template <typename T, bool kTB = false>
+__device__ __forceinline__ void mma_rs_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                  bool accumulate) {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "bf16 or fp16 inputs");
+#if GDN_WGMMA_ENABLED
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(GDN_WGMMA_RS_ASM("m64n128k16.f32.f16.f16", GDN_WGMMA_R64, "64", "65", "66", "67", "68", "69", "70")
+                 : GDN_WGMMA_D64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)),
+                   "n"(kTB ? 1 : 0)
+                 : "memory");
+  } else {
+    asm volatile(GDN_WGMMA_RS_ASM("m64n128k16.f32.bf16.bf16", GDN_WGMMA_R64, "64", "65", "66", "67", "68", "69", "70")
+                 : GDN_WGMMA_D64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)),
+                   "n"(kTB ? 1 : 0)
+                 : "memory");
+  }
+#else
+  __trap();
+#endif
+}
+
+#undef GDN_WGMMA_RS_ASM
 #undef GDN_WGMMA_ASM
 #undef GDN_WGMMA_R64
 #undef GDN_WGMMA_R32
@@ -282,6 +353,17 @@ __device__ __forceinline__ void mma(float (&d)[N / 2], uint64_t desc_a, uint64_t
     mma_m64n64k16<T, kTA, kTB>(d, desc_a, desc_b, accumulate);
   } else {
     mma_m64n128k16<T, kTA, kTB>(d, desc_a, desc_b, accumulate);
+  }
+}
+
+// A from registers; N = 64 or 128: d has N / 2 floats. kTB: B N-major.
+template <typename T, int N, bool kTB = false>
+__device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+  static_assert(N == 64 || N == 128, "m64n64k16 or m64n128k16");
+  if constexpr (N == 64) {
+    mma_rs_m64n64k16<T, kTB>(d, a, desc_b, accumulate);
+  } else {
+    mma_rs_m64n128k16<T, kTB>(d, a, desc_b, accumulate);
   }
 }
 
