@@ -34,7 +34,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,15 +44,15 @@
 namespace {
 namespace wg = gdn::cuda::wgmma;
 using gdn::wgmma_test::DevBuf;
-using gdn::wgmma_test::from_bits;
 using gdn::wgmma_test::to_bits;
+using gdn::wgmma_test::upload;
 
 // kSw128MnA / kSw128MnB: A M-major / B N-major (stored as the sw128 tile of its transpose), the other
 // operand K-major sw128.
 enum class Layout { kSw128, kInterleave, kSw128MnA, kSw128MnB };
 enum class Mode { kAccumulate, kOverwrite, kGroups };
 
-constexpr int kM = 64;
+constexpr int kM = gdn::wgmma_test::kRows;
 
 // Operand b (false: A, true: B) of layout l is M/N-major.
 __host__ __device__ constexpr bool mn_major(Layout l, bool b) {
@@ -173,56 +172,25 @@ double run_case(Mode mode, bool integers, uint32_t seed) {
   std::uniform_int_distribution<int> small(-8, 8);
   auto value = [&] { return integers ? small(rng) / 4.0f : uni(rng); };
   std::vector<uint16_t> a(kM * kdim), b(N * kdim);
-  std::vector<double> af(a.size()), bf(b.size());
-  for (size_t i = 0; i < a.size(); ++i) a[i] = to_bits<T>(value()), af[i] = from_bits<T>(a[i]);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = to_bits<T>(value()), bf[i] = from_bits<T>(b[i]);
+  for (auto& x : a) x = to_bits<T>(value());
+  for (auto& x : b) x = to_bits<T>(value());
   std::vector<float> c(kM * N), d(kM * N, std::nanf(""));
   for (float& x : c) x = integers ? small(rng) / 4.0f : 2.0f * uni(rng);
+  std::vector<double> ref, scale;
+  gdn::wgmma_test::product_ref<T>(a, b, mode != Mode::kOverwrite ? c.data() : nullptr, N, kdim, ref, scale);
 
   DevBuf<uint16_t> da(a.size()), db(b.size());
   DevBuf<float> dc(c.size()), dd(d.size());
-  DevBuf<int> dstatus(1);
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(dc.p, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(dd.p, d.data(), d.size() * 4, cudaMemcpyHostToDevice));
-  EXPECT_EQ(cudaSuccess, cudaMemset(dstatus.p, 0, sizeof(int)));
-  const size_t smem = smem_bytes(L, N, STEPS);
-  auto kernel = wgmma_kernel<T, N, L, STEPS>;
-  EXPECT_EQ(cudaSuccess,
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<1, 128, smem>>>(da.p, db.p, dc.p, dd.p, static_cast<int>(mode), dstatus.p);
-  EXPECT_EQ(cudaSuccess, cudaGetLastError());
-  EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
-  int status = -1;
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(&status, dstatus.p, sizeof(int), cudaMemcpyDeviceToHost));
-  EXPECT_EQ(0, status) << "1: no sm_90a code in the kernel, 2: shared tile base not 1024-byte aligned";
+  DevBuf<int> status(1);
+  upload(da, a);
+  upload(db, b);
+  upload(dc, c);
+  upload(dd, d);
+  gdn::wgmma_test::launch_one_block(wgmma_kernel<T, N, L, STEPS>, smem_bytes(L, N, STEPS), status,
+                                    static_cast<const uint16_t*>(da.p), static_cast<const uint16_t*>(db.p),
+                                    static_cast<const float*>(dc.p), dd.p, static_cast<int>(mode));
   EXPECT_EQ(cudaSuccess, cudaMemcpy(d.data(), dd.p, d.size() * 4, cudaMemcpyDeviceToHost));
-
-  double worst = 0;
-  int failures = 0;
-  for (int m = 0; m < kM; ++m)
-    for (int n = 0; n < N; ++n) {
-      const bool with_c = mode != Mode::kOverwrite;
-      double ref = with_c ? c[m * N + n] : 0.0, scale = with_c ? std::fabs(c[m * N + n]) : 0.0;
-      for (int k = 0; k < kdim; ++k) {
-        const double p = af[m * kdim + k] * bf[n * kdim + k];
-        ref += p;
-        scale += std::fabs(p);
-      }
-      const double got = d[m * N + n], err = std::fabs(got - ref);
-      const double rel = scale > 0 ? err / scale : err;
-      const bool ok = std::isfinite(got) && (integers ? got == ref : err <= 1e-5 * scale);
-      if (std::isfinite(got) && rel > worst) worst = rel;
-      if (!ok && ++failures <= 8)
-        ADD_FAILURE() << "D[" << m << "][" << n << "] = " << got << ", reference " << ref << " (sum |terms| "
-                      << scale << ")";
-      if (!std::isfinite(got)) worst = INFINITY;
-    }
-  EXPECT_EQ(0, failures) << failures << " of " << kM * N << " elements wrong ("
-                         << (integers ? "integer data, exact" : "random data") << ", mode " << static_cast<int>(mode)
-                         << ")";
-  return worst;
+  return gdn::wgmma_test::check_product(d, ref, scale, N, integers);
 }
 
 template <typename T, int N, Layout L, int STEPS>

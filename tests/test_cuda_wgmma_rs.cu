@@ -29,11 +29,14 @@
 
 namespace {
 namespace wg = gdn::cuda::wgmma;
+using gdn::wgmma_test::check_product;
 using gdn::wgmma_test::DevBuf;
 using gdn::wgmma_test::from_bits;
+using gdn::wgmma_test::launch_one_block;
 using gdn::wgmma_test::to_bits;
+using gdn::wgmma_test::upload;
 
-constexpr int kM = 64;
+constexpr int kM = gdn::wgmma_test::kRows;
 
 // B (N x kdim) in shared memory: K-major sw128, or N-major (the sw128 tile of its transpose).
 __host__ __device__ constexpr uint32_t b_bytes(bool kTB, int n, int kdim) {
@@ -155,38 +158,6 @@ __global__ void __launch_bounds__(128, 1)
 
 // ---- host side ----
 
-template <typename T>
-void upload(DevBuf<T>& dst, const std::vector<T>& src) {
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(dst.p, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
-// Launches kernel on one block of 128 threads with `smem` bytes and checks its status.
-template <typename K, typename... Args>
-void launch(K kernel, size_t smem, DevBuf<int>& status, Args... args) {
-  EXPECT_EQ(cudaSuccess, cudaMemset(status.p, 0, sizeof(int)));
-  EXPECT_EQ(cudaSuccess, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<1, 128, smem>>>(args..., status.p);
-  EXPECT_EQ(cudaSuccess, cudaGetLastError());
-  EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
-  int st = -1;
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(&st, status.p, sizeof(int), cudaMemcpyDeviceToHost));
-  EXPECT_EQ(0, st) << "1: no sm_90a code in the kernel, 2: shared tile base not 1024-byte aligned";
-}
-// Compares D with the reference (ref, scale: sum of |terms| per element); exact: integer data.
-double check(const std::vector<float>& d, const std::vector<double>& ref, const std::vector<double>& scale, int n,
-             bool exact) {
-  double worst = 0;
-  int failures = 0;
-  for (int m = 0; m < kM; ++m)
-    for (int j = 0; j < n; ++j) {
-      const double got = d[m * n + j], r = ref[m * n + j], sc = scale[m * n + j], err = std::fabs(got - r);
-      const bool ok = std::isfinite(got) && (exact ? got == r : err <= 1e-5 * sc);
-      worst = std::isfinite(got) ? std::max(worst, sc > 0 ? err / sc : err) : INFINITY;
-      if (!ok && ++failures <= 8) ADD_FAILURE() << "D[" << m << "][" << j << "] = " << got << ", reference " << r;
-    }
-  EXPECT_EQ(0, failures) << failures << " of " << kM * n << " elements wrong";
-  return worst;
-}
-
 template <typename T, int N, bool kTB, int STEPS>
 double run_rs(bool overwrite, bool integers, uint32_t seed) {
   constexpr int kdim = 16 * STEPS;
@@ -199,18 +170,8 @@ double run_rs(bool overwrite, bool integers, uint32_t seed) {
   for (auto& x : b) x = to_bits<T>(value());
   std::vector<float> c(kM * N), d(kM * N, std::nanf(""));
   for (float& x : c) x = 2.0f * value();
-  std::vector<double> ref(kM * N), scale(kM * N);
-  for (int m = 0; m < kM; ++m)
-    for (int n = 0; n < N; ++n) {
-      double r = overwrite ? 0.0 : c[m * N + n], sc = std::fabs(r);
-      for (int k = 0; k < kdim; ++k) {
-        const double p = double(from_bits<T>(a[m * kdim + k])) * from_bits<T>(b[n * kdim + k]);
-        r += p;
-        sc += std::fabs(p);
-      }
-      ref[m * N + n] = r;
-      scale[m * N + n] = sc;
-    }
+  std::vector<double> ref, scale;
+  gdn::wgmma_test::product_ref<T>(a, b, overwrite ? nullptr : c.data(), N, kdim, ref, scale);
   DevBuf<uint16_t> da(a.size()), db(b.size());
   DevBuf<float> dc(c.size()), dd(d.size());
   DevBuf<int> status(1);
@@ -218,10 +179,10 @@ double run_rs(bool overwrite, bool integers, uint32_t seed) {
   upload(db, b);
   upload(dc, c);
   upload(dd, d);
-  launch(rs_kernel<T, N, kTB, STEPS>, b_bytes(kTB, N, kdim) + 1024, status, static_cast<const uint16_t*>(da.p),
+  launch_one_block(rs_kernel<T, N, kTB, STEPS>, b_bytes(kTB, N, kdim) + 1024, status, static_cast<const uint16_t*>(da.p),
          static_cast<const uint16_t*>(db.p), static_cast<const float*>(dc.p), dd.p, overwrite ? 1 : 0);
   EXPECT_EQ(cudaSuccess, cudaMemcpy(d.data(), dd.p, d.size() * 4, cudaMemcpyDeviceToHost));
-  return check(d, ref, scale, N, integers);
+  return check_product(d, ref, scale, N, integers);
 }
 
 template <typename T, int N>
@@ -252,10 +213,10 @@ void run_chain(uint32_t seed) {
   upload(db2, b2);
   upload(dd, d);
   const size_t smem = wg::sw128_bytes(kM, 64) + wg::sw128_bytes(64, 64) + wg::sw128_bytes(N, 64) + 1024;
-  launch(chain_kernel<T, N>, smem, status, static_cast<const uint16_t*>(da1.p), static_cast<const uint16_t*>(db1.p),
+  launch_one_block(chain_kernel<T, N>, smem, status, static_cast<const uint16_t*>(da1.p), static_cast<const uint16_t*>(db1.p),
          static_cast<const uint16_t*>(db2.p), dd.p);
   EXPECT_EQ(cudaSuccess, cudaMemcpy(d.data(), dd.p, d.size() * 4, cudaMemcpyDeviceToHost));
-  check(d, ref, scale, N, true);
+  check_product(d, ref, scale, N, true);
 }
 
 struct Param {

@@ -1,7 +1,8 @@
 // src/cuda/common/wgmma.cuh — warpgroup MMA (wgmma, Hopper sm_90a) as inline PTX: shared-memory matrix
 // descriptors, the K-major operand tile layouts they describe (128-byte swizzle, and no swizzle), the
 // fences and async groups, and m64nNk16 (N = 64, 128) with bf16 / fp16 inputs (A from shared memory or
-// registers, B from shared memory) and float32 accumulators in registers. The sm_80 primitives (mma.sync, ldmatrix) are in mma.cuh.
+// registers, B from shared memory) and float32 accumulators in registers. The sm_80 primitives
+// (mma.sync, ldmatrix) are in mma.cuh.
 //
 // ---- Where this code exists (build) ----
 // wgmma belongs to the architecture-specific target sm_90a: PTX for plain sm_90 (or sm_80) cannot hold
